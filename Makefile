@@ -1,0 +1,34 @@
+# Two commands do everything on a fresh machine with only Python 3.11:
+#   make run    set up and start every Procfile process (web :8000, Flower :5555)
+#   make test   set up and run the whole test suite (what .ci/run calls)
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-fast install bench-fairness clean
+
+install: $(STAMP)
+
+# Reinstalls only when requirements.txt changes, so a second `make` is fast.
+$(STAMP): requirements.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+run: install
+	bin/run
+
+test: install
+	bin/test
+
+# The fast part only: no real-worker or slow suites.
+test-fast: install
+	$(BIN)/pytest -m "not e2e and not slow" -q
+
+bench-fairness: install
+	$(BIN)/python -m bench.fairness
+
+clean:
+	rm -rf var/ $(VENV)

@@ -1,0 +1,64 @@
+"""Shared fixtures: real services only.
+
+Redis: `REDIS_URL` from the environment when set (the Makefile points it at
+the machine's Redis for the PostgreSQL run), otherwise the embedded
+valkey-server that tests/services_plugin.py started for this run.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import redis
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """Set by tests/services_plugin.py or by the caller's environment."""
+    return os.environ["REDIS_URL"]
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> redis.Redis:
+    """A client on a database emptied before each test."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    return client
+
+
+@pytest.fixture(scope="session")
+def workers(django_db_setup, django_db_blocker, tmp_path_factory):
+    """Real Celery workers for both lanes, against the test database."""
+    from tests.workers import Workers
+
+    pool = Workers(tmp_path_factory.mktemp("worker-logs"))
+    try:
+        pool.wait_ready()
+        yield pool
+    finally:
+        pool.stop()
+
+
+@pytest.fixture
+def make_user(db):
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    def make(username: str, **fields):
+        user = get_user_model().objects.create_user(username=username, email=f"{username}@example.com", **fields)
+        Token.objects.create(user=user)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def api_client_for():
+    from rest_framework.test import APIClient
+
+    def client_for(user) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {user.auth_token.key}")
+        return client
+
+    return client_for

@@ -1,0 +1,93 @@
+"""The vertical slice with everything real: API -> Redis -> Celery workers of
+both lanes -> ffmpeg -> database -> email."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tests.media import decodes_cleanly, make_video, probe_output
+from uploads.models import Job, Notification
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def wait_terminal(client, job_url: str, timeout: float = 90.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = client.get(job_url).json()
+        if body["status"] in ("succeeded", "failed", "canceled"):
+            return body
+        time.sleep(0.2)
+    raise AssertionError(f"job did not finish in {timeout}s: {body}")
+
+
+def post_files(client, paths: list[Path]):
+    handles = [open(p, "rb") for p in paths]
+    try:
+        return client.post("/api/uploads/", {"file": handles}, format="multipart")
+    finally:
+        for h in handles:
+            h.close()
+
+
+def test_posted_video_succeeds_with_playable_mp4_and_an_email(workers, make_user, api_client_for, tmp_path):
+    alice = make_user("alice")
+    client = api_client_for(alice)
+    resp = post_files(client, [make_video(tmp_path / "clip.mov", seconds=1.5)])
+    assert resp.status_code == 202
+    [upload] = resp.json()["uploads"]
+    assert upload["filename"] == "clip.mov" and upload["job"]["status"] == "queued"
+
+    job = wait_terminal(client, upload["job"]["url"])
+    assert job["status"] == "succeeded", job["error"]
+    assert job["kind"] == "video" and job["lane"] == "cpu-transcode" and job["progress"] == 100
+    assert job["attempts"] == 1 and job["error"] is None
+    assert job["wait_ms"] is not None and job["process_ms"] is not None and job["process_ms"] > 0
+    mp4 = next(o for o in job["outputs"] if o["name"] == "mp4")
+    assert mp4["content_type"] == "video/mp4"
+
+    download = client.get(mp4["url"])
+    assert download.status_code == 200
+    out = tmp_path / "out.mp4"
+    out.write_bytes(b"".join(download.streaming_content))
+    described = probe_output(out)
+    assert "Video: h264" in described and "yuv420p" in described and "Audio: aac" in described
+    assert decodes_cleanly(out)
+
+    deadline = time.monotonic() + 30
+    while not Notification.objects.filter(job_id=job["id"], status="sent").exists():
+        assert time.monotonic() < deadline, "no notification sent"
+        time.sleep(0.2)
+    mails = [p.read_text() for p in Path(settings.EMAIL_FILE_PATH).glob("*.log")]
+    assert any("alice@example.com" in m and "clip.mov" in m and "succeeded" in m for m in mails)
+
+
+def test_corrupt_file_fails_clearly_and_affects_nothing_else(workers, make_user, api_client_for, tmp_path):
+    alice, bob = make_user("alice"), make_user("bob")
+    good = make_video(tmp_path / "good.mp4", seconds=1)
+    corrupt = tmp_path / "broken.mp4"
+    corrupt.write_bytes(good.read_bytes()[: 600] + b"\x00garbage" * 200)  # header cut, body junk
+
+    alice_client, bob_client = api_client_for(alice), api_client_for(bob)
+    alice_uploads = post_files(alice_client, [corrupt, good]).json()["uploads"]
+    bob_uploads = post_files(bob_client, [good]).json()["uploads"]
+
+    broken_job = wait_terminal(alice_client, alice_uploads[0]["job"]["url"])
+    assert broken_job["status"] == "failed"
+    assert broken_job["error"]["code"] in {"not_media", "decode_failed"}
+    assert broken_job["error"]["message"]
+    assert broken_job["outputs"] == []
+    assert wait_terminal(alice_client, alice_uploads[1]["job"]["url"])["status"] == "succeeded"
+    assert wait_terminal(bob_client, bob_uploads[0]["job"]["url"])["status"] == "succeeded"
+    assert Job.objects.get(id=broken_job["id"]).attempts == 1
+
+
+def test_healthz_sees_database_redis_and_both_lanes(workers, client):
+    resp = client.get("/healthz")
+    body = resp.json()
+    assert resp.status_code == 200, body
+    assert body["database"]["ok"] and body["redis"]["ok"]
+    assert body["workers"]["lanes"]["cpu-transcode"] and body["workers"]["lanes"]["io-notify"]

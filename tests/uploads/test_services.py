@@ -1,0 +1,45 @@
+"""Job state transitions are guarded: at-least-once delivery cannot run a job twice."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from uploads import services
+from uploads.models import Job, Upload
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def job(make_user) -> Job:
+    owner = make_user("owner")
+    upload = Upload.objects.create(owner=owner, batch=uuid.uuid4(), filename="a.mp4", file="x", size=1)
+    return Job.objects.create(upload=upload, owner=owner, lane="cpu-transcode")
+
+
+def test_a_job_starts_once_and_a_duplicate_delivery_is_dropped(job):
+    assert services.job_start(job_id=job.id) is not None
+    assert services.job_start(job_id=job.id) is None
+    job.refresh_from_db()
+    assert job.status == "running" and job.attempts == 1 and job.wait_ms is not None
+
+
+def test_a_finished_job_cannot_be_failed_or_succeeded_again(job):
+    services.job_start(job_id=job.id)
+    assert services.job_fail(job_id=job.id, code="decode_failed", message="bad") is True
+    assert services.job_succeed(job_id=job.id, outputs=[]) is False
+    assert services.job_fail(job_id=job.id, code="other", message="x") is False
+    job.refresh_from_db()
+    assert job.status == "failed" and job.error == {"code": "decode_failed", "message": "bad"}
+    assert job.process_ms is not None
+
+
+def test_progress_is_clamped_and_only_moves_while_running(job):
+    services.job_progress_set(job_id=job.id, progress=50)
+    job.refresh_from_db()
+    assert job.progress == 0
+    services.job_start(job_id=job.id)
+    services.job_progress_set(job_id=job.id, progress=150)
+    job.refresh_from_db()
+    assert job.progress == 100

@@ -1,0 +1,113 @@
+"""Running ffmpeg so that a hostile or broken file cannot hurt the machine.
+
+- Arguments are a list (no shell); the input demuxer is forced to the one
+  the probe accepted and only the `file` protocol is allowed, so a file
+  cannot make ffmpeg open the network or another file.
+- ffmpeg runs in its own session (process group) with CPU-time and
+  address-space limits; on timeout or cancel the whole group is killed.
+- Progress comes from `-progress pipe:1` (key=value lines about twice a
+  second); the callback is throttled to about once a second.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import imageio_ffmpeg
+
+from transcoding.errors import MediaError
+
+FFMPEG = imageio_ffmpeg.get_ffmpeg_exe()
+# x264 at 1080p needs a few hundred MB; 4 GiB of address space leaves room and
+# still stops a decoder that runs away on a crafted file.
+ADDRESS_SPACE_LIMIT = int(os.environ.get("FAIRLANE_FFMPEG_MAX_BYTES", str(4 * 1024**3)))
+PROGRESS_INTERVAL_S = 1.0
+
+
+def timeout_for(duration_s: float) -> float:
+    """Wall-clock limit: generous per second of media, never below a minute."""
+    return max(60.0, duration_s * 10.0)
+
+
+def _limits(cpu_seconds: int) -> Callable[[], None]:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def input_args(src: Path, container: str) -> list[str]:
+    return ["-protocol_whitelist", "file", "-f", container, "-i", str(src)]
+
+
+def run(
+    args: list[str],
+    *,
+    duration_s: float,
+    on_progress: Callable[[int], None] | None = None,
+    timeout_s: float | None = None,
+) -> None:
+    """Run `ffmpeg <args>`; raise MediaError with ffmpeg's last words on failure."""
+    timeout_s = timeout_s or timeout_for(duration_s)
+    cmd = [FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "error", "-progress", "pipe:1", "-nostats", *args]
+    with tempfile.TemporaryFile() as errfile:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=errfile,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_limits(int(timeout_s * 2)),
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+        # A watchdog, not a check in the read loop: a stuck ffmpeg prints nothing.
+        timed_out = threading.Event()
+
+        def kill_group() -> None:
+            timed_out.set()
+            _kill_group(proc)
+
+        watchdog = threading.Timer(timeout_s, kill_group)
+        watchdog.start()
+        last_report = 0.0
+        try:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.decode("ascii", "replace").strip()
+                if on_progress and line.startswith("out_time_us=") and duration_s > 0:
+                    now = time.monotonic()
+                    if now - last_report >= PROGRESS_INTERVAL_S:
+                        last_report = now
+                        done_s = int(line.split("=", 1)[1] or 0) / 1e6 if line[12:].lstrip("-").isdigit() else 0
+                        on_progress(max(0, min(99, int(100 * done_s / duration_s))))
+            proc.wait()
+        finally:
+            watchdog.cancel()
+            _kill_group(proc)
+        if timed_out.is_set():
+            raise MediaError("timeout", f"Processing took longer than {int(timeout_s)} s and was stopped.")
+        if proc.returncode != 0:
+            errfile.seek(0)
+            tail = errfile.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
+            last = tail[-1] if tail else f"exit status {proc.returncode}"
+            if proc.returncode < 0:
+                raise MediaError("resource_limit", f"The decoder was stopped by a resource limit (signal {-proc.returncode}).")
+            raise MediaError("decode_failed", f"The media could not be decoded: {last}")

@@ -1,0 +1,126 @@
+"""Uploads, the jobs that process them, their outputs and notifications.
+
+The Job row is the source of truth for a job's life: the fair dispatcher's
+Redis state and Celery's messages can be rebuilt from it. Status changes go
+through the guarded services in uploads/services.py, never through save().
+"""
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+def upload_path(instance: "Upload", filename: str) -> str:
+    # The client's filename never reaches the disk: a generated name under a
+    # per-user folder, so nothing about the path is guessable or injectable.
+    return f"uploads/{instance.owner_id}/{uuid.uuid4().hex}"
+
+
+class Upload(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="uploads")
+    # Files posted in one request form a batch (one summary notification later).
+    batch = models.UUIDField(db_index=True)
+    filename = models.CharField(max_length=255, help_text="As the client named it; display only.")
+    file = models.FileField(upload_to=upload_path, max_length=255)
+    size = models.BigIntegerField()
+    client_content_type = models.CharField(max_length=255, blank=True, help_text="Untrusted; never used to decide.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.filename
+
+
+class Job(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELED = "canceled"
+
+    class Kind(models.TextChoices):
+        UNKNOWN = "unknown"  # until the probe has looked at the content
+        VIDEO = "video"
+        AUDIO = "audio"
+        IMAGE = "image"
+        PDF = "pdf"
+
+    TERMINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELED)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    upload = models.ForeignKey(Upload, on_delete=models.CASCADE, related_name="jobs")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.UNKNOWN)
+    lane = models.CharField(max_length=32)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    progress = models.PositiveSmallIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    error_code = models.CharField(max_length=64, blank=True)
+    error_message = models.TextField(blank=True)
+    task_id = models.CharField(max_length=64, blank=True, db_index=True)
+    # Estimated worker seconds, charged by the fair dispatcher at release.
+    cost_estimate = models.FloatField(default=1.0)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # When the current attempt was (re)queued: wait_ms is measured from here.
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    wait_ms = models.PositiveBigIntegerField(null=True, blank=True, help_text="Queued until started.")
+    process_ms = models.PositiveBigIntegerField(null=True, blank=True, help_text="Started until finished.")
+    media_info = models.JSONField(default=dict, blank=True, help_text="What the probe found.")
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "-created_at"]), models.Index(fields=["status", "lane"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} job {self.id} ({self.status})"
+
+    @property
+    def error(self) -> dict | None:
+        return {"code": self.error_code, "message": self.error_message} if self.error_code else None
+
+
+class Output(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="outputs")
+    name = models.CharField(max_length=64)
+    file = models.FileField(max_length=255)
+    content_type = models.CharField(max_length=100)
+    size = models.BigIntegerField()
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["job", "name"], name="output_unique_name_per_job")]
+
+    def __str__(self) -> str:
+        return f"{self.name} of {self.job_id}"
+
+
+class Notification(models.Model):
+    """One message to one recipient about one event; the idempotency key makes a
+    redelivered notify task a no-op instead of a second email."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        FAILED = "failed"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="notifications")
+    channel = models.CharField(max_length=16, default="email")
+    event = models.CharField(max_length=32)
+    recipient = models.CharField(max_length=255)
+    idempotency_key = models.CharField(max_length=128, unique=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.event} {self.channel} to {self.recipient}"
