@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast install bench-fairness clean
+.PHONY: run test test-fast install bench-fairness clean stop
 
 install: $(STAMP)
 
@@ -32,3 +32,7 @@ bench-fairness: install
 
 clean:
 	rm -rf var/ $(VENV)
+
+# Stop the embedded Redis that `make run` leaves running between starts.
+stop:
+	$(BIN)/python -m project.embedded_redis stop var/redis 6390

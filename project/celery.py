@@ -19,3 +19,10 @@ app.conf.task_queues = tuple(Queue(lane.value, routing_key=lane.value) for lane 
 # task still lands on a lane a worker consumes, not on `celery`.
 app.conf.task_default_queue = Lane.IO_NOTIFY.value
 app.autodiscover_tasks()
+# Periodic maintenance (beat): the fair dispatcher's reconciler and reaper.
+app.conf.beat_schedule = {
+    "fair-reconcile": {"task": "project.fair_reconcile", "schedule": 60.0},
+}
+
+# Connects the fair dispatcher's worker signals (start/finish/heartbeat/ticker).
+from project import fair_worker  # noqa: E402,F401

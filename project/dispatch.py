@@ -1,17 +1,131 @@
 """The one way work enters a lane.
 
-Services call `enqueue` with a job id and the fairness key (the owning
-user); the router picks the lane. Celery task ids are derived from the job
-id so that a re-enqueue of the same job is recognisable everywhere (Flower,
-TaskResult, the fair dispatcher).
+Services call `enqueue` with the task's arguments and its fairness key (the
+owning user). For a fair lane the message is not published: the job is held
+in the lane's FairScheduler (project/fairness/) and published by `publish`
+when the scheduler releases it, from here (right after the submit), from a
+worker when a job finishes (project/fair_worker.py), or from the workers'
+ticker. A plain lane publishes at once. The router still decides the lane.
+
+A held job's payload is the Celery call itself (task name, args, task id),
+so what Flower shows once released is the ordinary task with its readable
+arguments. Task ids derive from the job id, which makes a re-submission of
+the same job (reconciler, duplicate request) recognisable: the scheduler
+accepts a task id once.
 """
 from __future__ import annotations
 
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import redis
+from django.conf import settings
+
 from project.celery import app
+from project.fairness import FairScheduler
+from project.lanes import FAIR_LANES, Lane
+from project.routing import lane_for
+
+log = logging.getLogger(__name__)
+
+# Celery header that marks a message as released by the fair scheduler, so
+# the worker knows to report start/finish for it.
+FAIR_HEADER = "fairlane_lane"
 
 
-def enqueue(task_name: str, *, job_id: str, fair_key: str, cost: float = 1.0, task_id: str | None = None) -> str:
-    """Submit `task_name(job_id)`; returns the Celery task id."""
-    task_id = task_id or job_id
-    app.send_task(task_name, args=[job_id], task_id=task_id)
-    return task_id
+@dataclass(frozen=True)
+class KeyPolicy:
+    """A fairness key's settings: weight (share), cap (max in flight), rate
+    ((tokens per second, burst) for rate-limited lanes)."""
+
+    weight: float = 1.0
+    cap: int | None = None
+    rate: tuple[float, float] | None = None
+
+
+_schedulers: dict[tuple[int, Lane], FairScheduler] = {}
+_lock = threading.Lock()
+
+
+def scheduler(lane: Lane) -> FairScheduler:
+    """One scheduler (and Redis connection pool) per lane and process: prefork
+    children get their own after the fork instead of sharing the parent's
+    sockets. redis-py clients are thread-safe, so threads share it."""
+    key = (os.getpid(), lane)
+    with _lock:
+        if key not in _schedulers:
+            conf = settings.FAIR_LANES[lane.value]
+            _schedulers[key] = FairScheduler(
+                redis.Redis.from_url(settings.FAIR_REDIS_URL, health_check_interval=30),
+                lane.value,
+                headroom=conf["headroom"],
+                default_window=conf["default_window"],
+                release_lease_s=conf["release_lease_s"],
+                run_lease_s=conf["run_lease_s"],
+            )
+        return _schedulers[key]
+
+
+def is_fair(lane: Lane) -> bool:
+    return lane in FAIR_LANES and settings.FAIR_DISPATCH_ENABLED
+
+
+def enqueue(
+    task_name: str,
+    args: list,
+    *,
+    task_id: str,
+    fair_key: str,
+    cost: float = 1.0,
+    policy: KeyPolicy | None = None,
+    due: float | None = None,
+) -> bool:
+    """Submit `task_name(*args)` to its lane; False if this task id is already
+    held or in flight (the call was a duplicate and changed nothing)."""
+    lane = lane_for(task_name)
+    if not is_fair(lane):
+        app.send_task(task_name, args=args, task_id=task_id)
+        return True
+    policy = policy or KeyPolicy()
+    sched = scheduler(lane)
+    payload = json.dumps({"task": task_name, "args": args})
+    accepted = sched.submit(
+        task_id, fair_key, cost=cost, payload=payload, weight=policy.weight,
+        cap=policy.cap if policy.cap is not None else 0, rate=policy.rate, due=due,
+    )
+    publish(lane, sched.release())
+    return accepted
+
+
+def publish(lane: Lane, released: list[tuple[str, str]]) -> None:
+    """Publish released jobs into the lane's Celery queue.
+
+    If this process dies before a message is out, the job's release lease
+    expires and the scheduler offers it again: nothing is lost, and a
+    duplicate delivery is dropped by the job's guarded start.
+    """
+    for task_id, payload in released:
+        call = json.loads(payload)
+        app.send_task(call["task"], args=call["args"], task_id=task_id, headers={FAIR_HEADER: lane.value})
+
+
+def release_all(now: float | None = None) -> int:
+    """Reap expired leases and release what fits, on every fair lane (ticker,
+    beat, worker start). Returns how many jobs were published."""
+    count = 0
+    for lane in FAIR_LANES:
+        if not is_fair(lane):
+            continue
+        sched = scheduler(lane)
+        now_ = now or time.time()
+        reaped = sched.reap(now=now_)
+        if reaped:
+            log.warning("lane %s: %d job lease(s) expired, offered again: %s", lane, len(reaped), reaped[:10])
+        released = sched.release(now=now_)
+        publish(lane, released)
+        count += len(released)
+    return count

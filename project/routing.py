@@ -17,7 +17,7 @@ from project.lanes import Lane
 TASK_LANES: dict[str, Lane] = {
     "transcoding.job_run": Lane.CPU_TRANSCODE,
     "uploads.notify_job_finished": Lane.IO_NOTIFY,
-    "project.maintenance_tick": Lane.IO_NOTIFY,
+    "project.fair_reconcile": Lane.IO_NOTIFY,
     # Celery's own periodic cleanup of django-celery-results rows.
     "celery.backend_cleanup": Lane.IO_NOTIFY,
 }

@@ -69,7 +69,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "project" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -156,6 +156,40 @@ CELERY_TASK_SEND_SENT_EVENT = True
 CELERY_WORKER_SEND_TASK_EVENTS = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# --- Fair dispatch (project/fairness, project/dispatch.py) ---------------------
+FAIR_REDIS_URL = os.environ.get("FAIR_REDIS_URL", REDIS_URL)
+# Off only to compare with plain FIFO Celery; the product runs with it on.
+FAIR_DISPATCH_ENABLED = env_bool("FAIR_DISPATCH_ENABLED", True)
+FAIR_LANES = {
+    # headroom: released jobs beyond live worker slots, so a freed slot never
+    # waits for a release round trip; small, because a newcomer may have to
+    # wait behind each of them.
+    # release_lease_s: a released job not started by then is offered again
+    # (covers a publisher that died before publishing). Above the longest job
+    # a released message may wait behind.
+    # run_lease_s: a running job's lease, renewed every third of it; a dead
+    # worker's job is offered again within this.
+    "cpu-transcode": {
+        "headroom": int(os.environ.get("FAIR_CPU_HEADROOM", "1")),
+        "default_window": 2,
+        "release_lease_s": float(os.environ.get("FAIR_CPU_RELEASE_LEASE_S", "900")),
+        "run_lease_s": float(os.environ.get("FAIR_RUN_LEASE_S", "30")),
+    },
+    "io-notify": {
+        "headroom": int(os.environ.get("FAIR_IO_HEADROOM", "8")),
+        "default_window": 16,
+        "release_lease_s": float(os.environ.get("FAIR_IO_RELEASE_LEASE_S", "120")),
+        "run_lease_s": float(os.environ.get("FAIR_RUN_LEASE_S", "30")),
+    },
+}
+# The workers' ticker reaps expired leases and releases delayed and throttled
+# jobs at most this often (and sooner when the scheduler says something is due).
+FAIR_TICK_S = float(os.environ.get("FAIR_TICK_S", "1.0"))
+# Called at worker start and by beat: each re-submits the unfinished jobs its
+# app's database rows say exist but the dispatcher does not know (Redis lost
+# them, or a process died between commit and submit). Returns a count.
+FAIR_RECONCILERS = ["uploads.services.jobs_reconcile"]
 
 # --- Email -----------------------------------------------------------------------
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

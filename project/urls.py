@@ -2,10 +2,12 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from project.fair_admin import fairness_page
 from project.health import healthz
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("admin/fairness/", fairness_page, name="admin-fairness"),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

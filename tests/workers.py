@@ -41,6 +41,7 @@ class Workers:
             log = open(log_dir / f"worker-{name}.log", "wb")
             self.procs[name] = subprocess.Popen(
                 [str(BIN / "celery"), "-A", "project", "worker", "-n", f"{name}@test-{os.getpid()}", *args,
+                 "--include", "bench.tasks",
                  "-l", "INFO", "--without-mingle", "--without-gossip"],
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )

@@ -1,6 +1,30 @@
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 
-from uploads.models import Job, Notification, Output, Upload
+from uploads.models import Job, Notification, Output, Profile, Upload
+
+
+class ProfileInline(admin.StackedInline):
+    model = Profile
+    can_delete = False
+    verbose_name = "fair-share plan"
+    fields = ["weight", "transcode_cap", "notify_rate_per_s", "notify_burst"]
+
+
+User = get_user_model()
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class FairlaneUserAdmin(UserAdmin):
+    inlines = [*UserAdmin.inlines, ProfileInline]
+
+
+@admin.register(Profile)
+class ProfileAdmin(admin.ModelAdmin):
+    list_display = ["user", "weight", "transcode_cap", "notify_rate_per_s", "notify_burst"]
+    search_fields = ["user__username"]
 
 
 class JobInline(admin.TabularInline):

@@ -35,7 +35,7 @@ class JobSerializer(serializers.ModelSerializer):
         model = Job
         fields = [
             "id", "upload", "kind", "lane", "status", "progress", "attempts", "error",
-            "created_at", "started_at", "finished_at", "wait_ms", "process_ms", "outputs",
+            "created_at", "scheduled_for", "started_at", "finished_at", "wait_ms", "process_ms", "outputs",
         ]
 
     def get_upload(self, job: Job) -> dict:
@@ -47,11 +47,20 @@ def job_url(request: Request, job_id) -> str:
     return request.build_absolute_uri(reverse("api-job-detail", args=[job_id]))
 
 
+class UploadParamsSerializer(serializers.Serializer):
+    scheduled_for = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+
 class UploadCreateApi(APIView):
     parser_classes = [MultiPartParser]
 
     def post(self, request: Request) -> Response:
-        uploads = services.uploads_create(owner=request.user, files=request.FILES.getlist("file"))
+        params = UploadParamsSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        uploads = services.uploads_create(
+            owner=request.user, files=request.FILES.getlist("file"),
+            scheduled_for=params.validated_data["scheduled_for"],
+        )
         body = {
             "uploads": [
                 {

@@ -18,6 +18,29 @@ def upload_path(instance: "Upload", filename: str) -> str:
     return f"uploads/{instance.owner_id}/{uuid.uuid4().hex}"
 
 
+class Profile(models.Model):
+    """A user's plan as the fair dispatcher sees it. No row means the defaults."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="fair_profile")
+    weight = models.FloatField(default=1.0, help_text="Share of each lane's worker time relative to others (> 0).")
+    transcode_cap = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most cpu-transcode jobs in flight at once (empty: no cap)."
+    )
+    notify_rate_per_s = models.FloatField(
+        null=True, blank=True, help_text="Most io-notify jobs started per second (empty: no limit)."
+    )
+    notify_burst = models.PositiveIntegerField(default=10, help_text="Burst allowed above the notify rate.")
+    notify_cap = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most io-notify jobs in flight at once (empty: no cap)."
+    )
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=models.Q(weight__gt=0), name="profile_weight_positive")]
+
+    def __str__(self) -> str:
+        return f"plan of {self.user}"
+
+
 class Upload(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="uploads")
@@ -69,6 +92,8 @@ class Job(models.Model):
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     # When the current attempt was (re)queued: wait_ms is measured from here.
     queued_at = models.DateTimeField(null=True, blank=True)
+    # Not before this time: the fair dispatcher holds the job until it is due.
+    scheduled_for = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     wait_ms = models.PositiveBigIntegerField(null=True, blank=True, help_text="Queued until started.")

@@ -17,9 +17,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from project import dispatch
+from project.dispatch import KeyPolicy
 from project.lanes import Lane
 from uploads.errors import ApplicationError
-from uploads.models import Job, Output, Upload
+from uploads.models import Job, Output, Profile, Upload
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,16 @@ def _ms_between(start: datetime | None, end: datetime) -> int | None:
     return None if start is None else max(0, int((end - start).total_seconds() * 1000))
 
 
-def uploads_create(*, owner: AbstractBaseUser, files: list[UploadedFile]) -> list[Upload]:
+def uploads_create(
+    *, owner: AbstractBaseUser, files: list[UploadedFile], scheduled_for: datetime | None = None
+) -> list[Upload]:
     """Store every file and create its job in one transaction; enqueue only
     after commit, so no worker can see a job whose row is not there yet and a
     failed request enqueues nothing."""
     if not files:
         raise ApplicationError("no_files", "Attach one or more files in the multipart field 'file'.")
+    if scheduled_for is not None and timezone.is_naive(scheduled_for):
+        raise ApplicationError("invalid_scheduled_for", "scheduled_for needs a time zone, e.g. 2026-12-01T09:00:00Z.")
     too_big = [f.name for f in files if f.size > settings.FAIRLANE_MAX_UPLOAD_BYTES]
     if too_big:
         raise ApplicationError(
@@ -67,23 +72,61 @@ def uploads_create(*, owner: AbstractBaseUser, files: list[UploadedFile]) -> lis
             )
             upload.file.save("upload", f, save=False)
             upload.save()
-            Job.objects.create(upload=upload, owner=owner, lane=Lane.CPU_TRANSCODE, queued_at=now)
+            Job.objects.create(upload=upload, owner=owner, lane=Lane.CPU_TRANSCODE, queued_at=now,
+                               scheduled_for=scheduled_for, cost_estimate=cost_estimate_for_size(f.size))
             uploads.append(upload)
         job_ids = [str(job_id) for job_id in Job.objects.filter(upload__in=uploads).values_list("id", flat=True)]
         transaction.on_commit(lambda: jobs_enqueue(job_ids=job_ids))
     return uploads
 
 
-def jobs_enqueue(*, job_ids: Iterable[str]) -> None:
-    """Hand queued jobs to the cpu-transcode lane (through the fair dispatcher)."""
-    jobs = Job.objects.filter(id__in=list(job_ids), status=Job.Status.QUEUED)
-    for job in jobs.only("id", "owner_id", "cost_estimate"):
-        dispatch.enqueue(
-            "transcoding.job_run",
-            job_id=str(job.id),
-            fair_key=str(job.owner_id),
-            cost=job.cost_estimate,
+# Before the probe, the only thing known about a file is its size. About one
+# worker second per 4 MB is the right order for phone video at our ladder;
+# the dispatcher corrects each key's charge by the measured time afterwards.
+BYTES_PER_COST_SECOND = 4 * 1024 * 1024
+NOTIFY_COST_S = 0.05
+
+
+def cost_estimate_for_size(size: int) -> float:
+    return max(0.05, size / BYTES_PER_COST_SECOND)
+
+
+def fair_policies(*, user_ids: Iterable[int], lane: Lane) -> dict[int, KeyPolicy]:
+    """Each user's weight, cap and rate on `lane`; users without a Profile get the defaults."""
+    policies = {}
+    for p in Profile.objects.filter(user_id__in=set(user_ids)):
+        if lane is Lane.CPU_TRANSCODE:
+            policies[p.user_id] = KeyPolicy(weight=p.weight, cap=p.transcode_cap)
+        else:
+            rate = (p.notify_rate_per_s, float(p.notify_burst)) if p.notify_rate_per_s else None
+            policies[p.user_id] = KeyPolicy(weight=p.weight, cap=p.notify_cap, rate=rate)
+    return policies
+
+
+def jobs_enqueue(*, job_ids: Iterable[str]) -> int:
+    """Hand queued jobs to the cpu-transcode lane through the fair dispatcher.
+    Returns how many were new to it (the rest it already held)."""
+    jobs = list(Job.objects.filter(id__in=list(job_ids), status=Job.Status.QUEUED)
+                .only("id", "owner_id", "cost_estimate", "scheduled_for").order_by("created_at"))
+    policies = fair_policies(user_ids=[j.owner_id for j in jobs], lane=Lane.CPU_TRANSCODE)
+    accepted = 0
+    for job in jobs:
+        accepted += dispatch.enqueue(
+            "transcoding.job_run", [str(job.id)], task_id=str(job.id), fair_key=str(job.owner_id),
+            cost=job.cost_estimate, policy=policies.get(job.owner_id),
+            due=job.scheduled_for.timestamp() if job.scheduled_for else None,
         )
+    return accepted
+
+
+def jobs_reconcile() -> int:
+    """Re-submit every queued job the dispatcher does not hold: Redis lost its
+    state, or the process died between commit and submit. Submission is
+    idempotent by task id, so racing the normal path is harmless."""
+    sched = dispatch.scheduler(Lane.CPU_TRANSCODE)
+    queued = Job.objects.filter(status=Job.Status.QUEUED).values_list("id", flat=True)
+    missing = [str(job_id) for job_id in queued.iterator() if sched.known(str(job_id)) is None]
+    return jobs_enqueue(job_ids=missing) if missing else 0
 
 
 def job_start(*, job_id: str) -> Job | None:
@@ -97,7 +140,8 @@ def job_start(*, job_id: str) -> Job | None:
         log.info("job %s not started: not queued (duplicate delivery or finished)", job_id)
         return None
     job = Job.objects.select_related("upload").get(id=job_id)
-    job.wait_ms = _ms_between(job.queued_at or job.created_at, now)
+    waited_from = max(filter(None, [job.queued_at or job.created_at, job.scheduled_for]))
+    job.wait_ms = _ms_between(waited_from, now)
     job.save(update_fields=["wait_ms"])
     return job
 
@@ -119,11 +163,16 @@ def _finish(job_id: str, status: str, **fields) -> bool:
         status=status, finished_at=now, process_ms=_ms_between(job.started_at, now), **fields
     )
     if updated:
-        transaction.on_commit(lambda: dispatch.enqueue(
-            "uploads.notify_job_finished", job_id=job_id, fair_key=str(job.owner_id),
-            task_id=f"notify-{job_id}-{status}",
-        ))
+        transaction.on_commit(lambda: notify_enqueue(job_id=job_id, owner_id=job.owner_id, status=status))
     return bool(updated)
+
+
+def notify_enqueue(*, job_id: str, owner_id: int, status: str) -> None:
+    policy = fair_policies(user_ids=[owner_id], lane=Lane.IO_NOTIFY).get(owner_id)
+    dispatch.enqueue(
+        "uploads.notify_job_finished", [str(job_id)], task_id=f"notify-{job_id}-{status}",
+        fair_key=str(owner_id), cost=NOTIFY_COST_S, policy=policy,
+    )
 
 
 def job_succeed(*, job_id: str, outputs: list[OutputFile]) -> bool:

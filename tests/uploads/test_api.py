@@ -72,3 +72,14 @@ def test_job_detail_has_the_documented_fields(make_user, api_client_for):
 
 def test_a_forged_output_link_is_not_found(client):
     assert client.get("/o/not-a-signed-token/").status_code == 404
+
+
+def test_a_malformed_scheduled_for_is_a_400_naming_the_field(make_user, api_client_for):
+    resp = api_client_for(make_user("u")).post(
+        "/api/uploads/", {"file": SimpleUploadedFile("a.mp4", b"x"), "scheduled_for": "next tuesday"},
+        format="multipart",
+    )
+    assert resp.status_code == 400
+    body = resp.json()["error"]
+    assert body["code"] == "invalid" and "scheduled_for" in body["fields"]
+    assert not Upload.objects.exists()

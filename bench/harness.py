@@ -1,0 +1,91 @@
+"""What every benchmark needs: a private Redis, a migrated scratch database,
+and real Celery workers started the way the Procfile starts them.
+
+Everything runs on this machine and stops by itself; nothing outside the
+benchmark's own processes is touched (the Redis and the database are new
+and private to the run unless BENCH_REDIS_URL is given).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Environment:
+    """A Redis and a database for one benchmark run, exported in os.environ
+    before Django is imported so that this process and its workers agree."""
+
+    def __init__(self) -> None:
+        self.var = Path(tempfile.mkdtemp(prefix="fairlane-bench-"))
+        self.redis_proc: subprocess.Popen | None = None
+        os.environ["FAIRLANE_VAR_DIR"] = str(self.var)
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+        os.environ.pop("DATABASE_URL", None)  # a scratch SQLite: the bench tasks never touch it
+        if os.environ.get("BENCH_REDIS_URL"):
+            os.environ["REDIS_URL"] = os.environ["BENCH_REDIS_URL"]
+        else:
+            from project import embedded_redis
+
+            port = _free_port()
+            self.redis_proc = embedded_redis.spawn(self.var / "redis", port, persist=False)
+            os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+        subprocess.run([str(BIN / "python"), "manage.py", "migrate", "-v0"], cwd=ROOT, check=True)
+
+        import django
+
+        django.setup()
+
+    def close(self) -> None:
+        if self.redis_proc is not None:
+            self.redis_proc.kill()
+            self.redis_proc.wait()
+
+
+class Worker:
+    """One Celery worker process on one lane."""
+
+    def __init__(self, lane: str, *, pool: str, concurrency: int, name: str, log_dir: Path):
+        self.name = f"{name}@bench-{os.getpid()}"
+        self.log = log_dir / f"{name}.log"
+        self.proc = subprocess.Popen(
+            [str(BIN / "celery"), "-A", "project", "worker", "-Q", lane, "-P", pool, "-c", str(concurrency),
+             "-n", self.name, "--include", "bench.tasks", "-l", "WARNING",
+             "--without-mingle", "--without-gossip", "--without-heartbeat"],
+            cwd=ROOT, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        from project.celery import app
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited; see {self.log}")
+            replies = app.control.ping(destination=[self.name], timeout=0.5) or []
+            if any(self.name in reply for reply in replies):
+                return
+        raise RuntimeError(f"worker {self.name} not ready in {timeout}s; see {self.log}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()

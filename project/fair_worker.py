@@ -1,0 +1,205 @@
+"""The worker side of fair dispatch, wired through Celery signals.
+
+- task_prerun: note the job; if it runs longer than START_REPORT_AFTER_S
+  the lease thread tells the scheduler it started (its lease becomes a run
+  lease) and renews that lease every third of it.
+- task_postrun: hand the measured run time to this process's reporter
+  thread, which reports it (the scheduler corrects the key's charge by
+  actual - estimated) and publishes what the freed slot lets the scheduler
+  release, in the same script call.
+- worker_ready: register this worker's slots for the lanes it consumes (the
+  scheduler's window is the live slots plus headroom), run the reconcilers
+  (rebuild held state from the database), and start the ticker thread that
+  reaps expired leases and releases delayed and throttled jobs.
+- worker_shutdown: unregister, so the window shrinks at once.
+
+Signals fire in the process that runs the task: a prefork child or a thread
+of the threads pool, hence the per-process state under a lock.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from celery import signals
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from project.celery import app
+from project.dispatch import publish, release_all, scheduler
+from project.lanes import FAIR_LANES, Lane
+from project.routing import UnroutedTaskError, lane_for
+
+log = logging.getLogger(__name__)
+
+@dataclass
+class _Running:
+    lane: Lane
+    started: float  # monotonic
+    reported: bool = False  # start() sent to the scheduler
+
+
+_running: dict[str, _Running] = {}  # task id -> state, for this process's running fair jobs
+_running_lock = threading.Lock()
+_reports: queue.SimpleQueue = queue.SimpleQueue()
+_threads_started = threading.Event()
+_threads_lock = threading.Lock()
+_worker_lanes: list[tuple[str, Lane, int]] = []  # (worker name, lane, slots)
+_stop = threading.Event()
+# Worker registrations expire unless renewed: a host that vanishes stops
+# counting toward the window within this many seconds.
+WORKER_TTL_S = 30.0
+# A job's start is reported to the scheduler only once it has run this long:
+# most jobs are shorter, and their finish alone is enough (their release
+# lease covers them meanwhile). Saves a round trip per short job.
+START_REPORT_AFTER_S = 0.5
+
+
+def _fair_lane(task_name: str) -> Lane | None:
+    try:
+        lane = lane_for(task_name)
+    except UnroutedTaskError:
+        return None
+    return lane if lane in FAIR_LANES and settings.FAIR_DISPATCH_ENABLED else None
+
+
+def _ensure_threads() -> None:
+    """Start this process's reporter and lease threads (once per process:
+    prefork children start their own after the fork)."""
+    if _threads_started.is_set():
+        return
+    with _threads_lock:
+        if not _threads_started.is_set():
+            threading.Thread(target=_report_loop, name="fair-reporter", daemon=True).start()
+            threading.Thread(target=_lease_loop, name="fair-leases", daemon=True).start()
+            _threads_started.set()
+
+
+@signals.task_prerun.connect
+def _on_prerun(task_id: str, task, **kwargs) -> None:
+    lane = _fair_lane(task.name)
+    if lane is None:
+        return
+    with _running_lock:
+        _running[task_id] = _Running(lane, time.monotonic())
+    _ensure_threads()
+
+
+@signals.task_postrun.connect
+def _on_postrun(task_id: str, task, **kwargs) -> None:
+    with _running_lock:
+        entry = _running.pop(task_id, None)
+    if entry is not None:
+        # Off the task's critical path: the slot is free for the next message
+        # (the headroom keeps one waiting) while the reporter tells the
+        # scheduler and publishes what the freed slot releases.
+        _reports.put((task_id, entry.lane, time.monotonic() - entry.started))
+
+
+def _report_loop() -> None:
+    while True:
+        task_id, lane, actual = _reports.get()
+        try:
+            publish(lane, scheduler(lane).finish(task_id, actual_cost=actual))
+        except Exception:  # Redis blip: the lease expires and the job's slot is reclaimed by reap
+            log.exception("could not report the end of %s on %s", task_id, lane)
+
+
+def _lease_loop() -> None:
+    """Report starts of jobs that run longer than START_REPORT_AFTER_S and
+    renew running jobs' leases every third of a lease."""
+    last_beat = time.monotonic()
+    while not _stop.wait(START_REPORT_AFTER_S / 2):
+        now = time.monotonic()
+        with _running_lock:
+            to_start = [(tid, e) for tid, e in _running.items()
+                        if not e.reported and now - e.started >= START_REPORT_AFTER_S]
+            beat_due = now - last_beat >= min(conf["run_lease_s"] for conf in settings.FAIR_LANES.values()) / 3
+            to_beat = [(tid, e.lane) for tid, e in _running.items() if e.reported] if beat_due else []
+        try:
+            for tid, entry in to_start:
+                # False: finished or cancelled meanwhile; nothing more to renew.
+                entry.reported = scheduler(entry.lane).start(tid)
+            if beat_due:
+                last_beat = now
+                by_lane: dict[Lane, list[str]] = {}
+                for tid, lane in to_beat:
+                    by_lane.setdefault(lane, []).append(tid)
+                for lane, ids in by_lane.items():
+                    scheduler(lane).heartbeat(ids)
+        except Exception:  # Redis blip: the next round retries; the lease has slack for two misses
+            log.exception("reporting starts/heartbeats failed")
+
+
+def reconcile() -> None:
+    """Rebuild held state from the database (settings.FAIR_RECONCILERS)."""
+    for path in settings.FAIR_RECONCILERS:
+        try:
+            count = import_string(path)()
+            if count:
+                log.warning("reconciler %s re-submitted %d job(s) the dispatcher had lost", path, count)
+        except Exception:
+            log.exception("reconciler %s failed", path)
+
+
+def _register_workers() -> None:
+    for name, lane, slots in _worker_lanes:
+        scheduler(lane).register_worker(name, slots, ttl_s=WORKER_TTL_S)
+
+
+def _ticker_loop() -> None:
+    """Reap and release on a timer, as a safety net beside the event-driven
+    releases (submit, finish). Sleeps until the scheduler's next due time,
+    at most FAIR_TICK_S; renews this worker's registration."""
+    last_register = 0.0
+    while not _stop.is_set():
+        try:
+            now = time.time()
+            if now - last_register > WORKER_TTL_S / 3:
+                _register_workers()
+                last_register = now
+            release_all(now)
+            due = [scheduler(lane).next_wakeup(now) for _, lane, _ in _worker_lanes]
+            due = [d for d in due if d is not None]
+            sleep_s = min([settings.FAIR_TICK_S, *[max(0.01, d - time.time()) for d in due]])
+        except Exception:
+            log.exception("fair ticker failed; retrying")
+            sleep_s = settings.FAIR_TICK_S
+        _stop.wait(sleep_s)
+
+
+@signals.worker_ready.connect
+def _on_worker_ready(sender, **kwargs) -> None:
+    if not settings.FAIR_DISPATCH_ENABLED:
+        return
+    controller = sender.controller
+    consumed = set(sender.app.amqp.queues.consume_from or ())
+    for lane in FAIR_LANES:
+        if lane.value in consumed:
+            _worker_lanes.append((sender.hostname, lane, int(controller.concurrency)))
+    if not _worker_lanes:
+        return
+    _register_workers()
+    reconcile()
+    release_all()
+    threading.Thread(target=_ticker_loop, name="fair-ticker", daemon=True).start()
+
+
+@signals.worker_shutdown.connect
+def _on_worker_shutdown(**kwargs) -> None:
+    _stop.set()
+    for name, lane, _ in _worker_lanes:
+        try:
+            scheduler(lane).unregister_worker(name)
+        except Exception:
+            log.exception("could not unregister %s from %s", name, lane)
+
+
+@app.task(name="project.fair_reconcile", ignore_result=True)
+def fair_reconcile() -> None:
+    """Beat's safety net: rebuild lost held state and release what fits."""
+    reconcile()
+    release_all()

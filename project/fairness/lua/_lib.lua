@@ -1,0 +1,219 @@
+-- Shared prelude, prepended by scheduler.py to every script in this folder so
+-- that each script file holds only its own operation.
+--
+-- KEYS[1] is the lane prefix "{fair:<lane>}:" and every key below is derived
+-- from it. Redis Cluster wants a script's keys declared in KEYS; it accepts
+-- derived keys when they hash to the declared key's slot, which the shared
+-- "{fair:<lane>}" hash tag guarantees (and a cluster client routes the call by
+-- KEYS[1]).
+--
+-- Numbers are written with %.17g: Redis would otherwise format Lua numbers
+-- with %.14g, and the virtual clock would drift by rounding on every write.
+local P = KEYS[1]
+local JOBS, PAYLOAD = P .. 'jobs', P .. 'payload'
+local ACTIVE, CAPPED, THROTTLED = P .. 'active', P .. 'capped', P .. 'throttled'
+local DELAYED, INFLIGHT, INFLIGHT_N = P .. 'delayed', P .. 'inflight', P .. 'inflight_n'
+local VT, VCLOCK = P .. 'vt', P .. 'V'
+local WEIGHT, CAP, RATE, BUCKET = P .. 'weight', P .. 'cap', P .. 'rate', P .. 'bucket'
+local WORKERS, SLOTS = P .. 'workers', P .. 'slots'
+
+-- Due delayed jobs, ready throttled keys and expired leases are handled at
+-- most this many per call: a script blocks the whole Redis while it runs, and
+-- 100 keeps a call well under a millisecond. The rest is taken by the next
+-- call (next_wakeup reports it as due already, so the ticker comes right back).
+local BATCH = 100
+
+-- Rate tokens are compared with this slack: refilling for exactly the wait the
+-- bucket asked for can land on 0.9999999999 by rounding, and the key would be
+-- throttled again for a femtosecond.
+local TOKEN_EPSILON = 1e-9
+
+local function fmt(x) return string.format('%.17g', x) end
+local function backlog(k) return P .. 'q:' .. k end
+
+local function hnum(hash, field, default)
+  local v = redis.call('HGET', hash, field)
+  if v then return tonumber(v) end
+  return default
+end
+
+-- A job record is {k = fairness key, c = estimated cost, s = state}; the
+-- payload (a whole Celery message) sits in its own hash so that state changes
+-- never decode or re-encode it.
+local function load_job(id)
+  local raw = redis.call('HGET', JOBS, id)
+  if raw then return cjson.decode(raw) end
+  return nil
+end
+
+local function save_job(id, job) redis.call('HSET', JOBS, id, cjson.encode(job)) end
+
+local function forget_job(id)
+  redis.call('HDEL', JOBS, id)
+  redis.call('HDEL', PAYLOAD, id)
+end
+
+local function vclock() return tonumber(redis.call('GET', VCLOCK) or '0') end
+local function weight(k) return hnum(WEIGHT, k, 1) end
+
+-- Invariant kept by every script: a key is in exactly one of active, capped
+-- and throttled exactly when its backlog is not empty. `activate` is the only
+-- way in; a (re)activating key starts at max(vt, V), so time spent idle earns
+-- no credit.
+local function activate(k)
+  if redis.call('ZSCORE', ACTIVE, k) or redis.call('SISMEMBER', CAPPED, k) == 1
+      or redis.call('ZSCORE', THROTTLED, k) or redis.call('LLEN', backlog(k)) == 0 then
+    return
+  end
+  redis.call('ZADD', ACTIVE, fmt(math.max(hnum(VT, k, 0), vclock())), k)
+end
+
+local function untrack_if_empty(k)
+  if redis.call('LLEN', backlog(k)) == 0 then
+    redis.call('ZREM', ACTIVE, k)
+    redis.call('SREM', CAPPED, k)
+    redis.call('ZREM', THROTTLED, k)
+  end
+end
+
+-- Cost correction or refund. The key's place in `active` follows its new
+-- virtual time, but never below V: V itself only moves forward.
+local function adjust_vt(k, delta)
+  local vt = hnum(VT, k, 0) + delta
+  redis.call('HSET', VT, k, fmt(vt))
+  if redis.call('ZSCORE', ACTIVE, k) then
+    redis.call('ZADD', ACTIVE, fmt(math.max(vt, vclock())), k)
+  end
+end
+
+-- A released or running job stops counting against the window and its key's
+-- cap. A capped key is made eligible again without checking its cap here:
+-- release checks caps when it picks the key (caps may have been lowered).
+local function leave_flight(id, job)
+  redis.call('ZREM', INFLIGHT, id)
+  if redis.call('HINCRBY', INFLIGHT_N, job.k, -1) <= 0 then
+    redis.call('HDEL', INFLIGHT_N, job.k)
+  end
+  if redis.call('SREM', CAPPED, job.k) == 1 then activate(job.k) end
+end
+
+-- Back to the front of its backlog: it was first in line when it left.
+local function put_back(id, job)
+  redis.call('LPUSH', backlog(job.k), id)
+  job.s = 'held'
+  save_job(id, job)
+  activate(job.k)
+end
+
+-- Remove a job that waits (held in a backlog or delayed). LREM is O(backlog),
+-- acceptable because only admin actions and stray workers get here.
+local function drop_waiting(id, job)
+  if job.s == 'delayed' then
+    redis.call('ZREM', DELAYED, id)
+  else
+    redis.call('LREM', backlog(job.k), 1, id)
+    untrack_if_empty(job.k)
+  end
+end
+
+-- Token bucket "tokens_per_s:burst", state "tokens:updated_at". Returns 0 when
+-- a token was taken (or the key has no rate), else the seconds until one is.
+local function take_token(k, now)
+  local spec = redis.call('HGET', RATE, k)
+  if not spec then return 0 end
+  local per_s, burst = string.match(spec, '^([^:]+):([^:]+)$')
+  per_s, burst = tonumber(per_s), tonumber(burst)
+  local tokens, at = burst, now
+  local state = redis.call('HGET', BUCKET, k)
+  if state then
+    local t, a = string.match(state, '^([^:]+):([^:]+)$')
+    t, a = tonumber(t), tonumber(a)
+    -- Callers on different hosts disagree a little about the time: a clock
+    -- behind the last update refills nothing rather than draining the bucket.
+    tokens = math.min(burst, t + math.max(0, now - a) * per_s)
+    at = math.max(a, now)
+  end
+  if tokens >= 1 - TOKEN_EPSILON then
+    redis.call('HSET', BUCKET, k, fmt(math.max(0, tokens - 1)) .. ':' .. fmt(at))
+    return 0
+  end
+  redis.call('HSET', BUCKET, k, fmt(tokens) .. ':' .. fmt(at))
+  return (1 - tokens) / per_s
+end
+
+-- The sum of live workers' slots plus headroom; before any worker registers,
+-- default_window + headroom, so jobs already wait in the Celery queue when
+-- the first worker comes up. O(workers), not O(users).
+local function window(now, default_window, headroom)
+  local live = redis.call('ZRANGEBYSCORE', WORKERS, '(' .. fmt(now), '+inf')
+  if #live == 0 then return default_window + headroom end
+  local total = 0
+  for _, slots in ipairs(redis.call('HMGET', SLOTS, unpack(live))) do
+    total = total + (tonumber(slots) or 0)
+  end
+  return total + headroom
+end
+
+local function promote_due(now)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', DELAYED, '-inf', fmt(now), 'LIMIT', 0, BATCH)) do
+    redis.call('ZREM', DELAYED, id)
+    local job = load_job(id)
+    redis.call('RPUSH', backlog(job.k), id)
+    job.s = 'held'
+    save_job(id, job)
+    activate(job.k)
+  end
+  for _, k in ipairs(redis.call('ZRANGEBYSCORE', THROTTLED, '-inf', fmt(now), 'LIMIT', 0, BATCH)) do
+    redis.call('ZREM', THROTTLED, k)
+    activate(k)
+  end
+end
+
+-- Start-time fair queueing: the eligible key with the smallest virtual start
+-- time goes next; its job starts at max(vt, V), V moves to that start, and the
+-- key's virtual time advances by cost / weight. A key found at its cap or out
+-- of rate tokens leaves `active` for `capped` / `throttled`; every such move
+-- is undone by exactly one later event (a finish, a token), so the loop's
+-- extra iterations are paid for once per event. Returns id, payload, id, ...
+local function release(now, lease_s, default_window, headroom, limit)
+  promote_due(now)
+  local out = {}
+  local room = window(now, default_window, headroom) - redis.call('ZCARD', INFLIGHT)
+  if limit > 0 then room = math.min(room, limit) end
+  while room > 0 do
+    local head = redis.call('ZRANGE', ACTIVE, 0, 0)
+    if #head == 0 then break end
+    local k = head[1]
+    local cap = hnum(CAP, k, 0)
+    if cap > 0 and hnum(INFLIGHT_N, k, 0) >= cap then
+      redis.call('ZREM', ACTIVE, k)
+      redis.call('SADD', CAPPED, k)
+    else
+      local wait = take_token(k, now)
+      if wait > 0 then
+        redis.call('ZREM', ACTIVE, k)
+        redis.call('ZADD', THROTTLED, fmt(now + wait), k)
+      else
+        local id = redis.call('LPOP', backlog(k))
+        local job = load_job(id)
+        local start = math.max(hnum(VT, k, 0), vclock())
+        local finish = start + job.c / weight(k)
+        redis.call('SET', VCLOCK, fmt(start))
+        redis.call('HSET', VT, k, fmt(finish))
+        if redis.call('LLEN', backlog(k)) > 0 then
+          redis.call('ZADD', ACTIVE, fmt(finish), k)
+        else
+          redis.call('ZREM', ACTIVE, k)
+        end
+        redis.call('ZADD', INFLIGHT, fmt(now + lease_s), id)
+        redis.call('HINCRBY', INFLIGHT_N, k, 1)
+        job.s = 'released'
+        save_job(id, job)
+        out[#out + 1] = id
+        out[#out + 1] = redis.call('HGET', PAYLOAD, id)
+        room = room - 1
+      end
+    end
+  end
+  return out
+end

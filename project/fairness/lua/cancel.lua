@@ -1,0 +1,10 @@
+-- cancel(job_id) -> 1 | 0
+-- Only a waiting (held or delayed) job: a released one has a message in the
+-- Celery queue already; its worker finds it cancelled in the database and
+-- calls finish.
+local id = ARGV[1]
+local job = load_job(id)
+if not job or (job.s ~= 'held' and job.s ~= 'delayed') then return 0 end
+drop_waiting(id, job)
+forget_job(id)
+return 1

@@ -1,0 +1,19 @@
+-- finish(job_id, actual_cost, now, release_lease_s, default_window, headroom) -> {id, payload, ...}
+-- The job is done: forget it wherever it is, correct its key's virtual time by
+-- (actual - estimated) / weight when it was in flight and a measured cost is
+-- given, then release into the freed slot in the same call (the hot path:
+-- one round trip per completed job). A held job here is one reaped while it
+-- was still running; it is done, so it must not run again.
+local id, actual = ARGV[1], tonumber(ARGV[2])
+local now, lease_s, default_window, headroom = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local job = load_job(id)
+if job then
+  if job.s == 'released' or job.s == 'running' then
+    if actual then adjust_vt(job.k, (actual - job.c) / weight(job.k)) end
+    leave_flight(id, job)
+  else
+    drop_waiting(id, job)
+  end
+  forget_job(id)
+end
+return release(now, lease_s, default_window, headroom, 0)

@@ -1,0 +1,30 @@
+-- snapshot(now, default_window, headroom) -> JSON
+-- For the admin and metrics, not the hot path: O(keys with backlog or jobs in
+-- flight). One script, so the numbers are consistent with each other. Keys
+-- with a backlog are exactly those in active, capped or throttled, so no
+-- SCAN is needed.
+local now, default_window, headroom = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local states = {}
+for _, k in ipairs(redis.call('ZRANGE', ACTIVE, 0, -1)) do states[k] = 'active' end
+for _, k in ipairs(redis.call('SMEMBERS', CAPPED)) do states[k] = 'capped' end
+for _, k in ipairs(redis.call('ZRANGE', THROTTLED, 0, -1)) do states[k] = 'throttled' end
+for _, k in ipairs(redis.call('HKEYS', INFLIGHT_N)) do states[k] = states[k] or 'in_flight_only' end
+
+local keys, held = {}, 0
+for k, state in pairs(states) do
+  local n = redis.call('LLEN', backlog(k))
+  held = held + n
+  keys[k] = {
+    state = state, backlog = n, in_flight = hnum(INFLIGHT_N, k, 0),
+    weight = weight(k), cap = hnum(CAP, k, 0), vt = hnum(VT, k, 0),
+  }
+end
+return cjson.encode({
+  keys = keys,
+  totals = {
+    active_keys = redis.call('ZCARD', ACTIVE), capped_keys = redis.call('SCARD', CAPPED),
+    throttled_keys = redis.call('ZCARD', THROTTLED), held = held,
+    in_flight = redis.call('ZCARD', INFLIGHT), delayed = redis.call('ZCARD', DELAYED),
+    window = window(now, default_window, headroom), V = vclock(),
+  },
+})

@@ -1,0 +1,20 @@
+-- start(job_id, now, run_lease_s) -> 1 | 0
+-- A worker began the job. 0 when the job is unknown (finished already: the
+-- worker should skip it) or delayed (never released, so no message for it can
+-- exist). A held job is one whose lease expired and that reap put back while
+-- its message was still on its way; the worker has it now, so it leaves the
+-- backlog and is not released a second time. Such a job is in flight without
+-- a release, so it may briefly exceed the window or its key's cap: it is
+-- running whatever we count.
+local id, now, lease_s = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local job = load_job(id)
+if not job or job.s == 'delayed' then return 0 end
+if job.s == 'held' then
+  redis.call('LREM', backlog(job.k), 1, id)
+  untrack_if_empty(job.k)
+  redis.call('HINCRBY', INFLIGHT_N, job.k, 1)
+end
+redis.call('ZADD', INFLIGHT, fmt(now + lease_s), id)
+job.s = 'running'
+save_job(id, job)
+return 1

@@ -1,0 +1,28 @@
+-- submit(job_id, key, cost, payload, weight, cap, rate, due, now) -> 1 | 0
+-- Empty weight/cap/rate/due mean "leave as is" / "not delayed". Returns 0 and
+-- changes nothing when the job id is known in any state: duplicate or
+-- concurrent submitters cannot put one job in twice, which is what makes
+-- release exactly-once. Does not release: the caller calls release next.
+local id, k, cost, payload = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local new_weight, new_cap, new_rate, due, now = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+
+if redis.call('HEXISTS', JOBS, id) == 1 then return 0 end
+
+if new_weight ~= '' then redis.call('HSET', WEIGHT, k, new_weight) end
+if new_cap == '0' then
+  redis.call('HDEL', CAP, k)
+elseif new_cap ~= '' then
+  redis.call('HSET', CAP, k, new_cap)
+end
+if new_rate ~= '' then redis.call('HSET', RATE, k, new_rate) end
+
+redis.call('HSET', PAYLOAD, id, payload)
+if due and due > now then
+  redis.call('ZADD', DELAYED, fmt(due), id)
+  save_job(id, {k = k, c = cost, s = 'delayed'})
+else
+  redis.call('RPUSH', backlog(k), id)
+  save_job(id, {k = k, c = cost, s = 'held'})
+  activate(k)
+end
+return 1

@@ -1,0 +1,254 @@
+"""`FairScheduler`: the Python face of one fair lane's Lua scripts.
+
+Every rule lives in the scripts in `lua/` so that it runs atomically inside
+Redis, however many web processes and workers call at once; this module only
+marshals arguments, documents the contract and types the results. Time is an
+argument (`now`, seconds since the epoch, default `time.time()`): the scripts
+never read the server clock, so tests can drive time and every caller's lease
+arithmetic uses the clock it sleeps by.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+# (job_id, payload): what release hands back for the caller to publish.
+Released = tuple[str, str]
+
+_LUA_DIR = Path(__file__).with_name("lua")
+# One file per operation; `_lib.lua` holds the helpers they share and is
+# prepended to each, because EVALSHA scripts cannot import one another.
+_SCRIPT_NAMES = (
+    "submit", "release", "start", "heartbeat", "finish",
+    "requeue", "reap", "cancel", "register_worker", "snapshot",
+)
+_PRELUDE = (_LUA_DIR / "_lib.lua").read_text()
+_SOURCES = {name: _PRELUDE + "\n" + (_LUA_DIR / f"{name}.lua").read_text() for name in _SCRIPT_NAMES}
+
+# Lane names become part of every key and of SCAN patterns in `clear`: no
+# braces (they would break the hash tag) and no glob characters.
+_LANE_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
+
+
+def _text(value: bytes | str) -> str:
+    """Works with clients created with or without decode_responses."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _pairs(flat: list[Any]) -> list[Released]:
+    return [(_text(flat[i]), _text(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+class FairScheduler:
+    """Holds a lane's jobs per fairness key and releases them fairly.
+
+    `headroom`: released jobs beyond the live worker slots, so a slot that
+    frees up finds a message already waiting in the Celery queue instead of
+    idling for a release round trip. One is enough: finish releases in the
+    same call that frees the slot.
+
+    `default_window`: slots assumed while no worker has registered (a fresh
+    deployment, or all workers restarting), so the first jobs are queued and
+    ready when workers come up; small so a newcomer never waits behind much.
+
+    `release_lease_s`: how long a released job may wait in the Celery queue
+    for a worker to start it. It also bounds how long a job stays lost when
+    the releasing process dies between this script and publishing the
+    message: the job is reaped and released again. 300 s: with a window of
+    slots + 1, a released job waits for at most one running job, so this must
+    exceed the longest job that is not heartbeating yet; set it above the
+    lane's longest job when its jobs are long.
+
+    `run_lease_s`: a running job's lease, renewed by `heartbeat`. 30 s with a
+    heartbeat every 10 s: two missed beats are tolerated, and a dead worker's
+    job is offered again within half a minute.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        lane: str,
+        *,
+        headroom: int = 1,
+        default_window: int = 2,
+        release_lease_s: float = 300.0,
+        run_lease_s: float = 30.0,
+    ) -> None:
+        if not _LANE_NAME.match(lane):
+            raise ValueError(f"lane name {lane!r} must match {_LANE_NAME.pattern}")
+        self.lane = lane
+        self.headroom = headroom
+        self.default_window = default_window
+        self.release_lease_s = release_lease_s
+        self.run_lease_s = run_lease_s
+        self._client = client
+        # The hash tag keeps every key of the lane in one Redis Cluster slot,
+        # which multi-key scripts require.
+        self.prefix = f"{{fair:{lane}}}:"
+        # register_script only hashes the source; the script is sent once, on
+        # the first NOSCRIPT reply, and called by SHA after that.
+        self._scripts = {name: client.register_script(src) for name, src in _SOURCES.items()}
+
+    def _run(self, script: str, *args: Any) -> Any:
+        return self._scripts[script](keys=[self.prefix], args=args)
+
+    def _release_args(self, now: float | None) -> tuple[float, float, int, int]:
+        return (_now(now), self.release_lease_s, self.default_window, self.headroom)
+
+    def submit(
+        self,
+        job_id: str,
+        key: str,
+        *,
+        cost: float = 1.0,
+        payload: str = "",
+        weight: float | None = None,
+        cap: int | None = None,
+        rate: tuple[float, float] | None = None,
+        due: float | None = None,
+        now: float | None = None,
+    ) -> bool:
+        """Accept a job into `key`'s backlog (or into `delayed` until `due`).
+
+        False, with nothing changed, when `job_id` is known already in any
+        state: duplicate and concurrent submitters are harmless, and a job is
+        never released twice. `weight`, `cap` (0 removes it) and `rate`
+        ((tokens per second, burst)) update the key's settings when given.
+        Does not release: call `release` next, so that a caller submitting a
+        batch pays for one release.
+        """
+        if cost < 0:
+            raise ValueError("cost must be >= 0")
+        if weight is not None and weight <= 0:
+            raise ValueError("weight must be > 0")
+        if cap is not None and cap < 0:
+            raise ValueError("cap must be >= 0")
+        if rate is not None and (rate[0] <= 0 or rate[1] < 1):
+            raise ValueError("rate needs tokens_per_s > 0 and burst >= 1")
+        return bool(self._run(
+            "submit", job_id, key, cost, payload,
+            "" if weight is None else weight,
+            "" if cap is None else cap,
+            "" if rate is None else f"{rate[0]!r}:{rate[1]!r}",
+            "" if due is None else due,
+            _now(now),
+        ))
+
+    def release(self, *, now: float | None = None, limit: int | None = None) -> list[Released]:
+        """Move jobs into flight while the window has room; publish what it returns.
+
+        Due delayed jobs join their backlogs and throttled keys whose token is
+        due become eligible first. Each released job is charged to its key
+        (start-time fair queueing) and leased for `release_lease_s`: if the
+        caller dies before publishing, the lease expires and reap offers the
+        job again.
+        """
+        return _pairs(self._run("release", *self._release_args(now), limit or 0))
+
+    def start(self, job_id: str, *, now: float | None = None) -> bool:
+        """A worker began `job_id`: lease it for `run_lease_s`.
+
+        False means the job is finished or cancelled already (a redelivered
+        message) and the worker should skip it. A job that reap had put back
+        into its backlog is taken out of it, so it is not released again.
+        """
+        return bool(self._run("start", job_id, _now(now), self.run_lease_s))
+
+    def heartbeat(self, job_ids: list[str], *, now: float | None = None) -> int:
+        """Renew the leases of running jobs; returns how many were renewed."""
+        if not job_ids:
+            return 0
+        return int(self._run("heartbeat", _now(now), self.run_lease_s, *job_ids))
+
+    def finish(
+        self, job_id: str, *, actual_cost: float | None = None, now: float | None = None,
+    ) -> list[Released]:
+        """Forget `job_id` and release into the freed slot, in one call.
+
+        `actual_cost` (the measured cost) corrects the key's virtual time by
+        (actual - estimated) / weight, so estimates that are off do not skew
+        the shares. An unknown job only releases.
+        """
+        return _pairs(self._run(
+            "finish", job_id, "" if actual_cost is None else actual_cost, *self._release_args(now),
+        ))
+
+    def requeue(self, job_id: str) -> bool:
+        """Put a job in flight back at the front of its backlog, refunding its charge.
+
+        False when the job is not in flight. Does not release.
+        """
+        return bool(self._run("requeue", job_id))
+
+    def reap(self, *, now: float | None = None) -> list[str]:
+        """Put jobs whose lease expired back at the front of their backlogs.
+
+        At most 100 per call (see BATCH in lua/_lib.lua); returns their ids.
+        Does not release: the ticker calls release after it.
+        """
+        return [_text(job_id) for job_id in self._run("reap", _now(now))]
+
+    def cancel(self, job_id: str) -> bool:
+        """Remove a held or delayed job; False when it is unknown or already released."""
+        return bool(self._run("cancel", job_id))
+
+    def register_worker(
+        self, name: str, slots: int, *, ttl_s: float = 60, now: float | None = None,
+    ) -> None:
+        """Count `slots` of worker `name` in the window for `ttl_s`; call again to renew."""
+        now = _now(now)
+        self._run("register_worker", name, slots, now + ttl_s, now)
+
+    def unregister_worker(self, name: str) -> None:
+        """Stop counting a worker's slots (clean shutdown)."""
+        with self._client.pipeline(transaction=True) as pipe:
+            pipe.zrem(self.prefix + "workers", name)
+            pipe.hdel(self.prefix + "slots", name)
+            pipe.execute()
+
+    def snapshot(self, *, now: float | None = None) -> dict[str, Any]:
+        """A consistent view for the admin and metrics (not the hot path).
+
+        {"keys": {key: {state, backlog, in_flight, weight, cap, vt}},
+         "totals": {active_keys, capped_keys, throttled_keys, held,
+                    in_flight, delayed, window, V}}
+        """
+        return json.loads(self._run("snapshot", _now(now), self.default_window, self.headroom))
+
+    def known(self, job_id: str) -> str | None:
+        """The job's state (held, delayed, released, running), or None."""
+        raw = self._client.hget(self.prefix + "jobs", job_id)
+        return None if raw is None else json.loads(raw)["s"]
+
+    def next_wakeup(self, now: float | None = None) -> float | None:
+        """When the ticker next has work: a delayed job due, a throttled key's
+        token, or a lease deadline. Never earlier than `now` (overdue work is
+        due now); None when nothing is pending, so the ticker can sleep until
+        a submit wakes it instead of polling.
+        """
+        with self._client.pipeline(transaction=False) as pipe:
+            for name in ("delayed", "throttled", "inflight"):
+                pipe.zrange(self.prefix + name, 0, 0, withscores=True)
+            heads = pipe.execute()
+        times = [head[0][1] for head in heads if head]
+        return max(min(times), _now(now)) if times else None
+
+    def clear(self) -> None:
+        """Delete all of the lane's state (tests, and the reconciler before a rebuild)."""
+        batch: list[bytes] = []
+        for name in self._client.scan_iter(match=self.prefix + "*", count=500):
+            batch.append(name)
+            if len(batch) == 500:
+                self._client.delete(*batch)
+                batch.clear()
+        if batch:
+            self._client.delete(*batch)

@@ -1,0 +1,266 @@
+"""FairScheduler against a real Redis: fairness, limits, leases and bookkeeping."""
+from __future__ import annotations
+
+from collections import Counter, deque
+
+import pytest
+import redis
+
+from project.fairness import FairScheduler
+
+LANE = "test-lane"  # not a real lane: live workers of other tests must not touch it
+
+
+@pytest.fixture
+def sched(redis_client: redis.Redis) -> FairScheduler:
+    """No worker registered: window = default_window (2) + headroom (1) = 3."""
+    return FairScheduler(redis_client, LANE)
+
+
+def submit_many(sched: FairScheduler, key: str, n: int, *, cost: float = 1.0, now: float = 0.0, **settings) -> None:
+    for i in range(n):
+        assert sched.submit(f"{key}-{i}", key, cost=cost, now=now, payload=f"msg {key}-{i}", **settings)
+
+
+class Workers:
+    """Simulated workers that finish in-flight jobs oldest first, across calls."""
+
+    def __init__(self, sched: FairScheduler) -> None:
+        self.sched = sched
+        self.in_flight: deque[str] = deque()
+
+    def run(self, releases: int, *, now: float = 0.0) -> list[str]:
+        """Finish jobs until `releases` more were released; returns those ids in order."""
+        order = [job_id for job_id, _ in self.sched.release(now=now)]
+        self.in_flight += order
+        while len(order) < releases and self.in_flight:
+            more = [job_id for job_id, _ in self.sched.finish(self.in_flight.popleft(), now=now)]
+            order += more
+            self.in_flight += more
+        return order[:releases]
+
+
+def owner(job_id: str) -> str:
+    return job_id.rsplit("-", 1)[0]
+
+
+def test_a_light_user_overtakes_a_heavy_backlog_within_one_window(sched):
+    submit_many(sched, "heavy", 100)
+    first = sched.release(now=0)
+    assert [owner(j) for j, _ in first] == ["heavy"] * 3
+
+    assert sched.submit("light-0", "light", now=1)
+    window = sched.snapshot(now=1)["totals"]["window"]
+    released = [j for j, _ in first]
+    for job_id, _ in first:
+        released += [j for j, _ in sched.finish(job_id, now=1)]
+    assert released.index("light-0") < len(first) + window
+    # FIFO would have put it behind all 100 heavy jobs.
+
+
+@pytest.mark.parametrize(("weights", "costs"), [
+    ({"w1": 1, "w2": 2, "w4": 4}, {"w1": 1, "w2": 1, "w4": 1}),
+    # Equal weights, cost 10 against cost 1: worker time, not job count, is shared.
+    ({"big": 1, "small": 1}, {"big": 10, "small": 1}),
+])
+def test_continuously_backlogged_keys_share_cost_in_proportion_to_weight(sched, weights, costs):
+    for key, weight in weights.items():
+        submit_many(sched, key, 1000, cost=costs[key], weight=weight)
+
+    counts = Counter(owner(j) for j in Workers(sched).run(770))
+
+    total_weight = sum(weights.values())
+    total_cost = sum(counts[k] * costs[k] for k in weights)
+    for key, weight in weights.items():
+        share = counts[key] * costs[key] / total_cost
+        assert share == pytest.approx(weight / total_weight, rel=0.03), counts
+
+
+def test_a_key_returning_from_idle_starts_at_the_virtual_clock(sched):
+    workers = Workers(sched)
+    assert sched.submit("idle-0", "idle", now=0)
+    submit_many(sched, "busy", 200)
+    workers.run(100)  # idle-0 ran early; busy had the lane to itself since
+    v = sched.snapshot(now=0)["totals"]["V"]
+    assert v > 90
+
+    for i in range(1, 21):
+        assert sched.submit(f"idle-{i}", "idle", now=0)
+    assert sched.snapshot(now=0)["keys"]["idle"]["vt"] == 1  # its credit on paper
+
+    # Starting from vt = 1 it would take all 20 next releases; from V it alternates.
+    later = Counter(owner(j) for j in workers.run(20))
+    assert later["busy"] >= 9, later
+
+
+def test_a_capped_key_never_has_more_than_cap_in_flight(sched):
+    sched.register_worker("w1", 10, now=0)
+    submit_many(sched, "capped", 10, cap=2)
+    submit_many(sched, "other", 20)
+
+    first = sched.release(now=0)
+    assert Counter(owner(j) for j, _ in first) == {"capped": 2, "other": 9}
+    assert sched.snapshot(now=0)["keys"]["capped"]["state"] == "capped"
+
+    next_release = sched.finish("capped-0", now=0)
+    assert [owner(j) for j, _ in next_release] == ["capped"]
+    assert sched.snapshot(now=0)["keys"]["capped"]["in_flight"] == 2
+
+
+def test_a_rate_limited_key_is_throttled_until_its_token_is_due(sched):
+    sched.register_worker("w1", 10, now=0)
+    submit_many(sched, "hook", 5, rate=(1.0, 2))
+
+    assert len(sched.release(now=0)) == 2  # the burst
+    assert sched.release(now=0.5) == []
+    assert sched.next_wakeup(0.5) == pytest.approx(1.0)
+    assert [j for j, _ in sched.release(now=1.0)] == ["hook-2"]
+    assert [j for j, _ in sched.release(now=3.0)] == ["hook-3", "hook-4"]
+
+
+def test_a_delayed_job_is_released_when_due_and_not_before(sched):
+    assert sched.submit("later", "u", due=60, now=0)
+    assert sched.known("later") == "delayed"
+    assert sched.release(now=59) == []
+    assert sched.next_wakeup(59) == 60
+    assert sched.release(now=60) == [("later", "")]
+
+
+def test_duplicate_submits_are_refused_and_the_job_released_once(sched):
+    assert sched.submit("j", "u", payload="first", now=0)
+    assert not sched.submit("j", "u", payload="second", now=0)
+    assert sched.release(now=0) == [("j", "first")]
+    assert not sched.submit("j", "u", now=0)  # in flight: still known
+    assert sched.release(now=0) == []
+
+
+def test_an_expired_lease_offers_the_job_again_at_the_front(redis_client):
+    sched = FairScheduler(redis_client, LANE, default_window=1, headroom=0)
+    submit_many(sched, "u", 3)
+    assert sched.release(now=0) == [("u-0", "msg u-0")]
+
+    assert sched.reap(now=sched.release_lease_s - 1) == []
+    assert sched.reap(now=sched.release_lease_s) == ["u-0"]
+    assert sched.known("u-0") == "held"
+    assert sched.release(now=sched.release_lease_s) == [("u-0", "msg u-0")]
+
+
+def test_a_heartbeat_keeps_a_running_job_from_being_reaped(sched):
+    submit_many(sched, "u", 2)
+    sched.release(now=0)
+    assert sched.start("u-0", now=0) and sched.start("u-1", now=0)
+
+    assert sched.heartbeat(["u-0", "unknown"], now=20) == 1
+    assert sched.reap(now=40) == ["u-1"]
+
+
+def test_a_start_after_reap_takes_the_job_out_of_the_backlog(redis_client):
+    sched = FairScheduler(redis_client, LANE, default_window=2, headroom=0)
+    submit_many(sched, "u", 3)
+    sched.release(now=0)
+    t = sched.release_lease_s + 1
+    assert sched.reap(now=t) == ["u-1", "u-0"]
+
+    assert sched.start("u-0", now=t)  # its message was only slow
+    assert sched.known("u-0") == "running"
+    assert [j for j, _ in sched.release(now=t)] == ["u-1"]
+    state = sched.snapshot(now=t)["keys"]["u"]
+    assert (state["backlog"], state["in_flight"]) == (1, 2)
+
+
+def test_a_finished_or_cancelled_job_is_not_started(sched):
+    submit_many(sched, "u", 2)
+    sched.release(now=0)
+    sched.finish("u-0", now=0)
+    assert not sched.start("u-0", now=0)
+    assert sched.known("u-0") is None
+
+
+def test_the_window_follows_the_live_workers(sched):
+    submit_many(sched, "u", 20)
+    assert len(sched.release(now=0)) == 3  # default_window 2 + headroom 1
+
+    sched.register_worker("w1", 4, ttl_s=60, now=0)
+    sched.register_worker("w2", 2, ttl_s=120, now=0)
+    assert len(sched.release(now=1)) == 4  # 4 + 2 + 1 = 7
+    assert sched.snapshot(now=1)["totals"]["window"] == 7
+
+    assert sched.snapshot(now=60)["totals"]["window"] == 3  # w1 expired
+    sched.unregister_worker("w2")
+    assert sched.snapshot(now=1)["totals"]["window"] == 5
+
+
+def test_finish_releases_the_next_job_in_the_same_call(redis_client):
+    sched = FairScheduler(redis_client, LANE, default_window=1, headroom=0)
+    submit_many(sched, "u", 2)
+    assert sched.release(now=0) == [("u-0", "msg u-0")]
+    assert sched.finish("u-0", now=0) == [("u-1", "msg u-1")]
+    assert sched.finish("u-1", now=0) == []
+    assert sched.finish("never-submitted", now=0) == []
+
+
+def test_finish_corrects_the_estimate_with_the_actual_cost(sched):
+    submit_many(sched, "u", 1, cost=2.0, weight=2)
+    sched.release(now=0)
+    sched.finish("u-0", actual_cost=10.0, now=0)
+    assert sched.snapshot(now=0)["totals"]["V"] == 0
+    # start 0, charged 2/2, corrected by (10 - 2)/2
+    assert sched.known("u-0") is None
+    assert float(sched._client.hget(sched.prefix + "vt", "u")) == pytest.approx(5.0)
+
+
+def test_requeue_puts_a_job_back_first_and_refunds_its_charge(sched):
+    submit_many(sched, "u", 3, cost=4.0)
+    released = [j for j, _ in sched.release(now=0)]
+    assert released == ["u-0", "u-1", "u-2"]
+
+    assert sched.requeue("u-2")
+    assert not sched.requeue("u-2")
+    assert sched.known("u-2") == "held"
+    assert float(sched._client.hget(sched.prefix + "vt", "u")) == pytest.approx(8.0)
+    assert sched.finish("u-0", now=0) == [("u-2", "msg u-2")]
+
+
+def test_cancel_removes_waiting_jobs_only(sched):
+    submit_many(sched, "u", 4)
+    assert sched.submit("soon", "u", due=10, now=0)
+    sched.release(now=0)
+
+    assert not sched.cancel("u-0")  # released: its worker will finish it
+    assert sched.cancel("u-3") and sched.cancel("soon")
+    assert not sched.cancel("u-3")
+    totals = sched.snapshot(now=0)["totals"]
+    assert (totals["held"], totals["delayed"], totals["active_keys"]) == (0, 0, 0)
+    assert sched.release(now=20) == []
+
+
+def test_all_state_lives_under_the_lane_hash_tag_and_clear_removes_it(sched, redis_client):
+    # Other tests' live workers may share this Redis: look only at what the
+    # scheduler names could contain (the lane), wherever it was put.
+    def lane_keys() -> set[str]:
+        return {n.decode() for n in redis_client.keys("*test-lane*")}
+
+    other = FairScheduler(redis_client, "other-test-lane")
+    other.submit("x", "u", now=0)
+    submit_many(sched, "u", 5, rate=(1, 1), cap=3, weight=2)
+    sched.submit("later", "v", due=5, now=0)
+    sched.register_worker("w", 1, now=0)
+    sched.release(now=0)
+
+    names = lane_keys()
+    assert any(n.startswith("{fair:test-lane}:") for n in names)
+    assert all(n.startswith(("{fair:test-lane}:", "{fair:other-test-lane}:")) for n in names)
+    sched.clear()
+    assert lane_keys() == {n for n in names if n.startswith("{fair:other-test-lane}:")}
+
+
+def test_next_wakeup_is_none_when_nothing_is_pending(sched):
+    assert sched.next_wakeup(0) is None
+    sched.submit("j", "u", now=0)
+    sched.release(now=0)
+    assert sched.next_wakeup(0) == sched.release_lease_s
+
+
+def test_lane_names_that_would_break_the_hash_tag_are_refused(redis_client):
+    with pytest.raises(ValueError):
+        FairScheduler(redis_client, "cpu}{x")

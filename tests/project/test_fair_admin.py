@@ -1,0 +1,47 @@
+"""The staff page shows the dispatcher's live state per lane and user."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from project import dispatch
+from project.lanes import Lane
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def held_jobs(make_user, redis_client):
+    """Ten jobs of one user on cpu-transcode; a rate limit of one job per
+    thousand seconds keeps nine of them held while the test looks."""
+    alice = make_user("alice")
+    sched = dispatch.scheduler(Lane.CPU_TRANSCODE)
+    ids = [f"admin-test-{i}" for i in range(10)]
+    payload = json.dumps({"task": "bench.cpu.noop", "args": ["x", "alice"]})
+    for job_id in ids:
+        sched.submit(job_id, str(alice.id), payload=payload, weight=3.0, rate=(0.001, 1.0))
+    released = sched.release()
+    yield alice, ids
+    for job_id in ids:
+        sched.cancel(job_id)
+    for job_id, _ in released:
+        sched.finish(job_id)
+
+
+def test_fairness_page_shows_backlog_in_flight_and_weight_per_user(held_jobs, admin_client):
+    alice, _ = held_jobs
+    resp = admin_client.get("/admin/fairness/")
+    assert resp.status_code == 200
+    cpu = next(lane for lane in resp.context["lanes"] if lane["lane"] == "cpu-transcode")
+    row = next(k for k in cpu["keys"] if k["key"] == str(alice.id))
+    assert row["user"] == "alice"
+    assert (row["backlog"], row["in_flight"], row["weight"]) == (9, 1, 3.0)
+    assert cpu["totals"]["held"] >= 9
+    assert b"alice" in resp.content and b"io-notify" in resp.content
+
+
+def test_fairness_page_is_for_staff_only(client, make_user):
+    client.force_login(make_user("not-staff"))
+    resp = client.get("/admin/fairness/")
+    assert resp.status_code == 302 and "/admin/login/" in resp["Location"]
