@@ -93,11 +93,11 @@ def enqueue(
     policy = policy or KeyPolicy()
     sched = scheduler(lane)
     payload = json.dumps({"task": task_name, "args": args})
-    accepted = sched.submit(
+    accepted, released = sched.submit_and_release(
         task_id, fair_key, cost=cost, payload=payload, weight=policy.weight,
         cap=policy.cap if policy.cap is not None else 0, rate=policy.rate, due=due,
     )
-    publish(lane, sched.release())
+    publish(lane, released)
     return accepted
 
 

@@ -35,6 +35,7 @@ from project.routing import UnroutedTaskError, lane_for
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class _Running:
     lane: Lane
@@ -99,13 +100,32 @@ def _on_postrun(task_id: str, task, **kwargs) -> None:
         _reports.put((task_id, entry.lane, time.monotonic() - entry.started))
 
 
+def _report(task_id: str, lane: Lane, actual: float) -> None:
+    try:
+        publish(lane, scheduler(lane).finish(task_id, actual_cost=actual))
+    except Exception:  # Redis blip: the lease expires and the job's slot is reclaimed by reap
+        log.exception("could not report the end of %s on %s", task_id, lane)
+
+
 def _report_loop() -> None:
     while True:
-        task_id, lane, actual = _reports.get()
+        _report(*_reports.get())
+
+
+def _drain_reports() -> None:
+    """Report what is still queued before the process exits: otherwise those
+    jobs would count against the window until their release lease expires."""
+    while True:
         try:
-            publish(lane, scheduler(lane).finish(task_id, actual_cost=actual))
-        except Exception:  # Redis blip: the lease expires and the job's slot is reclaimed by reap
-            log.exception("could not report the end of %s on %s", task_id, lane)
+            item = _reports.get_nowait()
+        except queue.Empty:
+            return
+        _report(*item)
+
+
+@signals.worker_process_shutdown.connect
+def _on_process_shutdown(**kwargs) -> None:
+    _drain_reports()
 
 
 def _lease_loop() -> None:
@@ -191,6 +211,7 @@ def _on_worker_ready(sender, **kwargs) -> None:
 @signals.worker_shutdown.connect
 def _on_worker_shutdown(**kwargs) -> None:
     _stop.set()
+    _drain_reports()  # the threads pool reports from this process
     for name, lane, _ in _worker_lanes:
         try:
             scheduler(lane).unregister_worker(name)

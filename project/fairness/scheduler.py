@@ -126,6 +126,33 @@ class FairScheduler:
         Does not release: call `release` next, so that a caller submitting a
         batch pays for one release.
         """
+        return bool(self._run("submit", *self._submit_args(job_id, key, cost, payload, weight, cap, rate, due, now)))
+
+    def submit_and_release(
+        self,
+        job_id: str,
+        key: str,
+        *,
+        cost: float = 1.0,
+        payload: str = "",
+        weight: float | None = None,
+        cap: int | None = None,
+        rate: tuple[float, float] | None = None,
+        due: float | None = None,
+        now: float | None = None,
+    ) -> tuple[bool, list[Released]]:
+        """`submit` then `release`, pipelined in one round trip: the hot path
+        of a single enqueue. Two scripts, each atomic; nothing needs them to
+        be atomic together (a release in between by anyone is as good)."""
+        args = self._submit_args(job_id, key, cost, payload, weight, cap, rate, due, now)
+        with self._client.pipeline(transaction=False) as pipe:
+            self._scripts["submit"](keys=[self.prefix], args=args, client=pipe)
+            self._scripts["release"](keys=[self.prefix], args=(*self._release_args(now), 0), client=pipe)
+            accepted, released = pipe.execute()
+        return bool(accepted), _pairs(released)
+
+    @staticmethod
+    def _submit_args(job_id, key, cost, payload, weight, cap, rate, due, now) -> tuple:
         if cost < 0:
             raise ValueError("cost must be >= 0")
         if weight is not None and weight <= 0:
@@ -134,14 +161,14 @@ class FairScheduler:
             raise ValueError("cap must be >= 0")
         if rate is not None and (rate[0] <= 0 or rate[1] < 1):
             raise ValueError("rate needs tokens_per_s > 0 and burst >= 1")
-        return bool(self._run(
-            "submit", job_id, key, cost, payload,
+        return (
+            job_id, key, cost, payload,
             "" if weight is None else weight,
             "" if cap is None else cap,
             "" if rate is None else f"{rate[0]!r}:{rate[1]!r}",
             "" if due is None else due,
             _now(now),
-        ))
+        )
 
     def release(self, *, now: float | None = None, limit: int | None = None) -> list[Released]:
         """Move jobs into flight while the window has room; publish what it returns.

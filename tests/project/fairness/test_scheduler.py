@@ -134,6 +134,14 @@ def test_duplicate_submits_are_refused_and_the_job_released_once(sched):
     assert sched.release(now=0) == []
 
 
+def test_submit_and_release_accepts_once_and_releases_up_to_the_window(sched):
+    results = [sched.submit_and_release(f"j{i}", "u", payload=f"m{i}", now=0) for i in range(5)]
+    assert [accepted for accepted, _ in results] == [True] * 5
+    released = [job for _, got in results for job in got]
+    assert released == [("j0", "m0"), ("j1", "m1"), ("j2", "m2")]  # window 3, the rest held
+    assert sched.submit_and_release("j0", "u", now=0) == (False, [])
+
+
 def test_an_expired_lease_offers_the_job_again_at_the_front(redis_client):
     sched = FairScheduler(redis_client, LANE, default_window=1, headroom=0)
     submit_many(sched, "u", 3)
