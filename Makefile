@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast install bench-fairness clean stop
+.PHONY: run test test-fast install bench-fairness bench-media clean stop
 
 install: $(STAMP)
 
@@ -29,6 +29,9 @@ test-fast: install
 
 bench-fairness: install
 	$(BIN)/python -m bench.fairness
+
+bench-media: install
+	$(BIN)/python -m bench.media
 
 clean:
 	rm -rf var/ $(VENV)

@@ -1,7 +1,8 @@
 """Running ffmpeg so that a hostile or broken file cannot hurt the machine.
 
 - Arguments are a list (no shell); the input demuxer is forced to the one
-  the probe accepted and only the `file` protocol is allowed, so a file
+  the probe accepted, only allowed demuxers may run at all (a nested input
+  inherits the list) and only the `file` protocol is allowed, so a file
   cannot make ffmpeg open the network or another file.
 - ffmpeg runs in its own session (process group) with CPU-time and
   address-space limits; on timeout or cancel the whole group is killed.
@@ -23,6 +24,7 @@ from pathlib import Path
 import imageio_ffmpeg
 
 from transcoding.errors import MediaError
+from transcoding.probe import open_options
 
 FFMPEG = imageio_ffmpeg.get_ffmpeg_exe()
 # x264 at 1080p needs a few hundred MB; 4 GiB of address space leaves room and
@@ -55,7 +57,12 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def input_args(src: Path, container: str) -> list[str]:
-    return ["-protocol_whitelist", "file", "-f", container, "-i", str(src)]
+    """The demuxer the probe accepted, forced; only local-file access, and no
+    other demuxer even for what the input opens itself (nested inputs inherit
+    both lists)."""
+    options = open_options()
+    return ["-protocol_whitelist", options["protocol_whitelist"], "-format_whitelist", options["format_whitelist"],
+            "-f", container, "-i", str(src)]
 
 
 def run(
@@ -87,17 +94,18 @@ def run(
 
         watchdog = threading.Timer(timeout_s, kill_group)
         watchdog.start()
-        last_report = 0.0
+        last_report, last_pct = 0.0, -1
         try:
             assert proc.stdout is not None
             for raw in proc.stdout:
                 line = raw.decode("ascii", "replace").strip()
-                if on_progress and line.startswith("out_time_us=") and duration_s > 0:
+                # With several outputs ffmpeg sometimes reports N/A; progress never goes back.
+                if on_progress and line.startswith("out_time_us=") and line[12:].isdigit() and duration_s > 0:
                     now = time.monotonic()
-                    if now - last_report >= PROGRESS_INTERVAL_S:
-                        last_report = now
-                        done_s = int(line.split("=", 1)[1] or 0) / 1e6 if line[12:].lstrip("-").isdigit() else 0
-                        on_progress(max(0, min(99, int(100 * done_s / duration_s))))
+                    pct = min(99, int(100 * int(line[12:]) / 1e6 / duration_s))
+                    if now - last_report >= PROGRESS_INTERVAL_S and pct > last_pct:
+                        last_report, last_pct = now, pct
+                        on_progress(pct)
             proc.wait()
         finally:
             watchdog.cancel()

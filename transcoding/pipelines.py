@@ -4,83 +4,72 @@ records what they produced."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pypdfium2
 from django.conf import settings
-from PIL import Image, ImageOps
 
-from transcoding import ffmpeg
+from transcoding import ffmpeg, images, ladder
 from transcoding.errors import MediaError
 from transcoding.probe import Probe
+from transcoding.produced import ProgressFn, Produced, kbps
 
-ProgressFn = Callable[[int], None]
-
-# Longest edge of each image variant; images are never upscaled.
-IMAGE_VARIANTS = {"thumbnail": 320, "large": 1600}
-
-
-@dataclass
-class Produced:
-    name: str
-    filename: str
-    content_type: str
-    metadata: dict = field(default_factory=dict)
+WAVEFORM_SIZE = "1200x240"
+PDF_THUMBNAIL_EDGE = 320
 
 
 def video(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> list[Produced]:
-    threads = str(settings.FAIRLANE_FFMPEG_THREADS)
-    has_audio = any(s.type == "audio" for s in probe.streams)
-    args = [*ffmpeg.input_args(src, probe.container), "-map", "0:v:0"]
-    if has_audio:
-        args += ["-map", "0:a:0", "-c:a", "aac", "-b:a", "128k", "-ac", "2"]
-    args += [
-        # Even dimensions and 8-bit 4:2:0: what every browser decodes.
-        "-vf", "scale=trunc(iw/2)*2:trunc(ih/2)*2,format=yuv420p",
-        "-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-threads", threads,
-        "-movflags", "+faststart", "-y", str(workdir / "video.mp4"),
+    """HLS ladder + MP4 fallback + poster from one ffmpeg run (transcoding/ladder.py)."""
+    plan = ladder.plan(src, workdir, probe, threads=settings.FAIRLANE_FFMPEG_THREADS)
+    # Decoding and scaling grow with the source's frame size; the ladder's
+    # encodes stop growing at 1080p. Sources above 1080p get proportionally longer.
+    size_factor = max(1.0, (probe.width or 0) * (probe.height or 0) / ladder.FULL_HD_PIXELS)
+    ffmpeg.run(plan.args, duration_s=probe.duration_s, on_progress=on_progress,
+               timeout_s=ffmpeg.timeout_for(probe.duration_s) * size_factor)
+    hls = workdir / "hls"
+    ladder.master_playlist_ensure(hls, plan.renditions, probe.duration_s, plan.has_audio)
+    for name in ["master.m3u8", *(f"{r.name}/index.m3u8" for r in plan.renditions)]:
+        if not (hls / name).is_file():
+            raise MediaError("decode_failed", f"The video produced no {name}; the source has no usable frames.")
+    for name in ("video.mp4", "poster.jpg"):
+        if not (workdir / name).is_file() or not (workdir / name).stat().st_size:
+            raise MediaError("decode_failed", "The video produced no frames; the source has no usable frames.")
+    duration = probe.duration_s
+    renditions = [
+        {**r.as_json(), "playlist": f"{r.name}/index.m3u8",
+         "kbps": kbps(sum(p.stat().st_size for p in (hls / r.name).glob("*.ts")), duration)}
+        for r in plan.renditions
     ]
-    ffmpeg.run(args, duration_s=probe.duration_s, on_progress=on_progress)
-    poster_at = f"{min(1.0, probe.duration_s / 2):.3f}"
-    ffmpeg.run(
-        ["-ss", poster_at, *ffmpeg.input_args(src, probe.container), "-frames:v", "1",
-         "-vf", "scale=trunc(iw/2)*2:trunc(ih/2)*2", "-threads", threads, "-y", str(workdir / "poster.jpg")],
-        duration_s=1.0,
-    )
+    common = {"duration_s": duration, "fps": plan.fps, "audio": plan.has_audio}
     return [
-        Produced("mp4", "video.mp4", "video/mp4", {"duration_s": probe.duration_s}),
-        Produced("poster", "poster.jpg", "image/jpeg"),
+        Produced("hls", "hls/master.m3u8", "application/vnd.apple.mpegurl",
+                 {**common, "renditions": renditions, "width": plan.renditions[-1].width,
+                  "height": plan.renditions[-1].height}),
+        Produced("mp4", "video.mp4", "video/mp4",
+                 {**common, "width": plan.mp4.width, "height": plan.mp4.height,
+                  "kbps": kbps((workdir / "video.mp4").stat().st_size, duration)}),
+        Produced("poster", "poster.jpg", "image/jpeg", {"width": plan.mp4.width, "height": plan.mp4.height}),
     ]
 
 
 def audio(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> list[Produced]:
+    """AAC in M4A and a waveform picture, from one run (one decode)."""
+    t = str(settings.FAIRLANE_FFMPEG_THREADS)
+    graph = (f"[0:a:{probe.audio_index or 0}]aresample=48000:async=1,asplit=2[a][w];"
+             f"[w]aformat=channel_layouts=mono,showwavespic=s={WAVEFORM_SIZE}:colors=0x3b82f6[wave]")
     ffmpeg.run(
-        [*ffmpeg.input_args(src, probe.container), "-map", "0:a:0", "-vn", "-c:a", "aac", "-b:a", "160k",
-         "-movflags", "+faststart", "-y", str(workdir / "audio.m4a")],
+        ["-y", "-threads", t, *ffmpeg.input_args(src, probe.container), "-filter_complex", graph,
+         "-map", "[a]", "-c:a", "aac", "-b:a", "160k", "-ac", "2", "-movflags", "+faststart",
+         str(workdir / "audio.m4a"),
+         "-map", "[wave]", "-frames:v", "1", "-c:v", "png", "-update", "1", str(workdir / "waveform.png")],
         duration_s=probe.duration_s, on_progress=on_progress,
     )
-    return [Produced("m4a", "audio.m4a", "audio/mp4", {"duration_s": probe.duration_s})]
-
-
-def image(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> list[Produced]:
-    if (probe.width or 0) * (probe.height or 0) > settings.FAIRLANE_MAX_PIXELS:
-        raise MediaError("image_too_large", f"Images above {settings.FAIRLANE_MAX_PIXELS} pixels are not accepted.")
-    produced = []
-    try:
-        with Image.open(src) as img:
-            img = ImageOps.exif_transpose(img)  # orientation applied; metadata is not copied
-            has_alpha = img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info
-            img = img.convert("RGBA" if has_alpha else "RGB")
-            for name, edge in IMAGE_VARIANTS.items():
-                variant = img.copy()
-                variant.thumbnail((edge, edge))  # shrinks only, keeps aspect ratio
-                variant.save(workdir / f"{name}.webp", "WEBP", quality=82)
-                produced.append(Produced(name, f"{name}.webp", "image/webp",
-                                         {"width": variant.width, "height": variant.height}))
-    except (OSError, SyntaxError) as exc:
-        raise MediaError("decode_failed", f"The image could not be decoded: {exc}") from exc
-    return produced
+    width, height = (int(v) for v in WAVEFORM_SIZE.split("x"))
+    m4a_kbps = kbps((workdir / "audio.m4a").stat().st_size, probe.duration_s)
+    return [
+        Produced("m4a", "audio.m4a", "audio/mp4", {"duration_s": probe.duration_s, "kbps": m4a_kbps}),
+        Produced("waveform", "waveform.png", "image/png", {"width": width, "height": height}),
+    ]
 
 
 def pdf(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> list[Produced]:
@@ -93,17 +82,18 @@ def pdf(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> list
         if pages == 0:
             raise MediaError("decode_failed", "The PDF has no pages.")
         page = doc[0]
-        scale = 320 / max(page.get_width(), page.get_height())
-        bitmap = page.render(scale=scale)
-        bitmap.to_pil().convert("RGB").save(workdir / "thumbnail.webp", "WEBP", quality=82)
+        scale = PDF_THUMBNAIL_EDGE / max(page.get_width(), page.get_height())
+        thumb = page.render(scale=scale).to_pil().convert("RGB")
+        thumb.save(workdir / "thumbnail.webp", "WEBP", quality=82)
     finally:
         doc.close()
-    return [Produced("thumbnail", "thumbnail.webp", "image/webp", {"pages": pages})]
+    return [Produced("thumbnail", "thumbnail.webp", "image/webp",
+                     {"pages": pages, "width": thumb.width, "height": thumb.height})]
 
 
 PIPELINES: dict[str, Callable[[Path, Path, Probe, ProgressFn], list[Produced]]] = {
     "video": video,
     "audio": audio,
-    "image": image,
+    "image": images.image,
     "pdf": pdf,
 }

@@ -5,25 +5,54 @@ Order matters for safety: before any demuxer sees the file we refuse text
 files (an HLS playlist or an ffconcat list renamed to `.mp4` would make a
 demuxer open other files), then we let Pillow and PDF magic claim images and
 documents, and only then open it with libavformat (PyAV) restricted to the
-local file, and accept only an allow-list of containers.
+local file, and accept only an allow-list of containers and codecs. The
+demuxer name the probe found is what ffmpeg is later forced to use (`-f`), so
+ffmpeg cannot re-detect the file as something else.
+
+For audio and video the probe also reads every packet once (no decoding: a
+few seconds for hours of media) to catch truncated files before spending CPU
+on them, and decodes the first video frame for what only frames carry:
+display rotation, interlacing and colour transfer.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 import av
+import pillow_heif
 from PIL import Image, UnidentifiedImageError
 
 from transcoding.errors import MediaError
 
+pillow_heif.register_heif_opener()  # HEIC/HEIF photos from phones open in Pillow
+
 # libavformat demuxer names we accept (the first name of the demuxer's list).
-# Anything else, notably hls, concat, image2 and every network demuxer, is
-# refused however it was detected.
+# Anything else, notably hls, concat, image2, tee and every network demuxer,
+# is refused however it was detected.
 ALLOWED_CONTAINERS = frozenset({
-    "mov", "matroska", "avi", "mpegts", "mpeg", "flv", "ogg", "wav", "mp3", "flac", "aac", "asf", "m4a",
+    "mov", "matroska", "avi", "mpegts", "mpeg", "flv", "ogg", "wav", "mp3", "flac", "aac", "asf", "gif",
 })
+# Decoders we let near user files: what cameras, phones, editors and browsers
+# produce. Exotic decoders are where crafted files find bugs.
+ALLOWED_VIDEO_CODECS = frozenset({
+    "h264", "hevc", "vp8", "vp9", "av1", "mpeg4", "mpeg2video", "mpeg1video", "mjpeg", "prores", "dnxhd",
+    "theora", "wmv1", "wmv2", "wmv3", "vc1", "h263", "msmpeg4v2", "msmpeg4v3", "ffv1", "dvvideo", "gif", "png",
+    "qtrle", "rawvideo",
+})
+ALLOWED_AUDIO_CODECS = frozenset({
+    "aac", "mp3", "mp2", "ac3", "eac3", "opus", "vorbis", "flac", "alac", "wmav1", "wmav2", "amr_nb", "amr_wb",
+    "dts",
+})
+ALLOWED_AUDIO_CODEC_PREFIXES = ("pcm_",)
+# Frame transfer characteristics that mean HDR (PQ and HLG), by libavutil's
+# enum AVColorTransferCharacteristic value.
+HDR_TRANSFERS = {16: "smpte2084", 18: "arib-std-b67"}
+# A file whose packets end before this share of its declared duration is
+# truncated (cut-off downloads keep their header and lose their tail).
+TRUNCATED_BELOW = 0.9
 
 _TEXT_SNIFF_BYTES = 4096
 
@@ -37,6 +66,7 @@ class StreamInfo:
     pix_fmt: str | None = None
     channels: int | None = None
     sample_rate: int | None = None
+    default: bool = False
 
 
 @dataclass
@@ -44,12 +74,28 @@ class Probe:
     kind: str  # video | audio | image | pdf
     container: str
     duration_s: float = 0.0
-    width: int | None = None
+    width: int | None = None  # coded size, before rotation and aspect correction
     height: int | None = None
     streams: list[StreamInfo] = field(default_factory=list)
+    rotation: int = 0  # degrees, from the display matrix
+    sample_aspect: str = "1:1"
+    fps: float = 0.0  # average frame rate
+    vfr: bool = False
+    interlaced: bool = False
+    hdr_transfer: str | None = None  # smpte2084 (PQ) or arib-std-b67 (HLG)
+    frames: int = 0
+    audio_index: int | None = None  # which audio stream (among audio streams) to use
+    animated: bool = False  # an animated GIF: an image that becomes an MP4 loop
 
     def as_json(self) -> dict:
         return asdict(self)
+
+    @property
+    def display_size(self) -> tuple[int, int]:
+        """What a viewer sees: square pixels, rotation applied."""
+        sar = Fraction(self.sample_aspect.replace(":", "/")) if self.sample_aspect != "0:1" else Fraction(1)
+        width, height = round((self.width or 0) * (sar or 1)), self.height or 0
+        return (height, width) if self.rotation % 180 == 90 else (width, height)
 
 
 def _looks_like_text(head: bytes) -> bool:
@@ -82,34 +128,126 @@ def _probe_image(path: Path) -> Probe | None:
         with Image.open(path) as img:
             fmt = (img.format or "").lower()
             if fmt == "gif" and getattr(img, "is_animated", False):
-                return None  # animated GIF is handled as video (an MP4 loop)
+                return None  # read as video by libavformat, delivered as an MP4 loop
             return Probe(kind="image", container=fmt, width=img.width, height=img.height)
     except Image.DecompressionBombError as exc:
-        raise MediaError("image_too_large", f"The image has too many pixels to process safely ({exc}).") from exc
-    except (UnidentifiedImageError, OSError):
+        raise MediaError("too_large", f"The image has too many pixels to process safely ({exc}).") from exc
+    except (UnidentifiedImageError, OSError, ValueError):
         return None
+
+
+def open_options() -> dict[str, str]:
+    """libavformat options for every open of a user file: the local file
+    only, and only allowed demuxers, so a playlist or concat list that got
+    past the text check is refused before its demuxer reads anything."""
+    return {"protocol_whitelist": "file", "format_whitelist": ",".join(sorted(ALLOWED_CONTAINERS))}
+
+
+def _codec_allowed(stream_type: str, codec: str) -> bool:
+    if stream_type == "video":
+        return codec in ALLOWED_VIDEO_CODECS
+    return codec in ALLOWED_AUDIO_CODECS or codec.startswith(ALLOWED_AUDIO_CODEC_PREFIXES)
 
 
 def _probe_av(path: Path) -> Probe:
     try:
-        container = av.open(str(path), options={"protocol_whitelist": "file"})
+        container = av.open(str(path), options=open_options())
+    except av.error.ArgumentError as exc:  # EINVAL: libavformat's "format not on whitelist"
+        raise MediaError("unsupported_container", "Files in this format are not accepted.") from exc
     except (av.error.FFmpegError, UnicodeDecodeError) as exc:
         raise MediaError("not_media", "The file is not a video, audio, image or PDF file we can read.") from exc
     with container:
         name = container.format.name.split(",")[0]
         if name not in ALLOWED_CONTAINERS:
             raise MediaError("unsupported_container", f"Files in the {name!r} format are not accepted.")
-        streams: list[StreamInfo] = []
-        video = next(iter(container.streams.video), None)
-        for s in container.streams:
-            ctx = s.codec_context
-            if s.type == "video":
-                streams.append(StreamInfo("video", ctx.name, ctx.width, ctx.height, ctx.format.name if ctx.format else None))
-            elif s.type == "audio":
-                streams.append(StreamInfo("audio", ctx.name, channels=ctx.channels, sample_rate=ctx.sample_rate))
-        duration = float(container.duration / av.time_base) if container.duration else 0.0
-        if video is not None and video.codec_context.width:
-            return Probe("video", name, duration, video.codec_context.width, video.codec_context.height, streams=streams)
-        if any(s.type == "audio" for s in streams):
-            return Probe("audio", name, duration, streams=streams)
-    raise MediaError("no_media_streams", "The file has no video or audio stream.")
+        # Cover art in music files is a one-picture "video" stream; it is not video.
+        videos = [s for s in container.streams.video
+                  if s.codec_context.width and not s.disposition & av.stream.Disposition.attached_pic]
+        audios = list(container.streams.audio)
+        video, audio = (videos[0] if videos else None), _default_audio(audios)
+        streams = [_stream_info(s) for s in (*videos, *audios)]
+        for s in streams:
+            if (s.type == "video" and video is not None) or s.type == "audio":
+                if not _codec_allowed(s.type, s.codec):
+                    raise MediaError("unsupported_codec", f"The {s.type} codec {s.codec!r} is not accepted.")
+        if video is None and audio is None:
+            raise MediaError("no_media_streams", "The file has no video or audio stream.")
+        declared = float(container.duration / av.time_base) if container.duration else 0.0
+        probe = Probe("audio", name, declared, streams=streams,
+                      audio_index=audios.index(audio) if audio is not None else None)
+        if video is not None:
+            _describe_video(probe, video)
+        probe.frames, played = _scan_packets(container, [s for s in (video, audio) if s is not None])
+        if declared > 1.0 and played < TRUNCATED_BELOW * declared:
+            raise MediaError("truncated", f"The file is cut off: it declares {declared:.1f} s but holds "
+                                          f"only {played:.1f} s of media.")
+        probe.duration_s = declared or played
+        if video is not None:
+            _read_first_frame(probe, path, video.index)
+            if name == "gif":
+                probe.kind, probe.animated = "image", True
+    return probe
+
+
+def _default_audio(audios: list) -> av.audio.stream.AudioStream | None:
+    """The track a player would pick: the one flagged default, else the first."""
+    for s in audios:
+        if s.disposition & av.stream.Disposition.default:
+            return s
+    return audios[0] if audios else None
+
+
+def _stream_info(s) -> StreamInfo:
+    ctx = s.codec_context  # codec.canonical_name: "mp3", not the decoder's "mp3float"
+    default = bool(s.disposition & av.stream.Disposition.default)
+    if s.type == "video":
+        pix_fmt = ctx.format.name if ctx.format else None
+        return StreamInfo("video", ctx.codec.canonical_name, ctx.width, ctx.height, pix_fmt, default=default)
+    return StreamInfo("audio", ctx.codec.canonical_name, channels=ctx.channels, sample_rate=ctx.sample_rate,
+                      default=default)
+
+
+def _describe_video(probe: Probe, video) -> None:
+    ctx = video.codec_context
+    probe.kind, probe.width, probe.height = "video", ctx.width, ctx.height
+    sar = video.sample_aspect_ratio or ctx.sample_aspect_ratio
+    probe.sample_aspect = f"{sar.numerator}:{sar.denominator}" if sar else "1:1"
+    avg, base = video.average_rate, video.base_rate
+    probe.fps = float(avg or base or 0)
+    # libavformat's base rate is the rate that represents every timestamp; a
+    # different average means frames are not evenly spaced.
+    probe.vfr = bool(avg and base and abs(float(avg) - float(base)) > 0.01 * float(base))
+
+
+def _scan_packets(container, streams: list) -> tuple[int, float]:
+    """Video packet count and the end time of the media actually present."""
+    frames, end = 0, 0.0
+    start = {s.index: (s.start_time or 0) * s.time_base for s in streams}
+    try:
+        for packet in container.demux(streams):
+            if packet.pts is None or packet.size == 0:
+                continue
+            stream = packet.stream
+            if stream.type == "video":
+                frames += 1
+            stop = float((packet.pts + (packet.duration or 0)) * stream.time_base - start[stream.index])
+            end = max(end, stop)
+    except av.error.FFmpegError as exc:
+        raise MediaError("truncated", f"The file is damaged or cut off: {exc}") from exc
+    return frames, end
+
+
+def _read_first_frame(probe: Probe, path: Path, stream_index: int) -> None:
+    try:
+        with av.open(str(path), options=open_options()) as container:
+            ctx = container.streams[stream_index].codec_context
+            frame = next(container.decode(container.streams[stream_index]), None)
+            field_order, stream_trc = ctx.field_order, ctx.color_trc
+    except av.error.FFmpegError as exc:
+        raise MediaError("decode_failed", f"The video could not be decoded: {exc}") from exc
+    if frame is None:
+        raise MediaError("decode_failed", "The video has no decodable frame.")
+    probe.rotation = int(round(frame.rotation or 0)) % 360
+    # The stream header's field order counts when frames do not say (0 unknown, 1 progressive).
+    probe.interlaced = bool(frame.interlaced_frame) or field_order not in (0, 1)
+    probe.hdr_transfer = HDR_TRANSFERS.get(frame.color_trc) or HDR_TRANSFERS.get(stream_trc)

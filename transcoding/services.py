@@ -14,7 +14,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from transcoding import pipelines
+from transcoding import ladder, pipelines
 from transcoding.errors import MediaError
 from transcoding.probe import Probe, probe_file
 from uploads import services as job_services
@@ -22,27 +22,39 @@ from uploads import services as job_services
 log = logging.getLogger(__name__)
 
 # Estimated worker seconds per second of media, by kind, for the fair
-# dispatcher's charge (corrected afterwards by the measured run time).
-COST_PER_MEDIA_SECOND = {"video": 0.5, "audio": 0.05}
+# dispatcher's charge (corrected afterwards by the measured run time). Video
+# is the ladder from a 1080p source (bench/media.py: about 1.6 s of wall time
+# per media second on an idle 2-core machine), scaled down by frame size.
+COST_PER_MEDIA_SECOND = {"video": 1.6, "audio": 0.05}
 COST_FLAT = {"image": 0.3, "pdf": 0.3}
 
 
 def cost_estimate(probe: Probe) -> float:
-    return max(0.05, COST_FLAT.get(probe.kind, 0.0) + COST_PER_MEDIA_SECOND.get(probe.kind, 0.0) * probe.duration_s)
+    per_second = COST_PER_MEDIA_SECOND.get(probe.kind, 0.0)
+    if probe.kind == "video":
+        per_second *= max(0.1, min(1.0, (probe.width or 0) * (probe.height or 0) / ladder.FULL_HD_PIXELS))
+    return max(0.05, COST_FLAT.get(probe.kind, 0.0) + per_second * probe.duration_s)
 
 
-def _check_limits(probe: Probe) -> None:
+def limits_check(probe: Probe) -> None:
     if probe.duration_s > settings.FAIRLANE_MAX_DURATION_S:
         raise MediaError(
             "too_long", f"Media longer than {int(settings.FAIRLANE_MAX_DURATION_S)} s is not accepted "
             f"(this one is {int(probe.duration_s)} s).",
         )
-    if probe.kind == "video" and (probe.width or 0) * (probe.height or 0) > settings.FAIRLANE_MAX_PIXELS:
-        raise MediaError("too_large", f"Video frames above {settings.FAIRLANE_MAX_PIXELS} pixels are not accepted.")
+    # Checked from the header, before anything is decoded: this is what stops
+    # decompression bombs (a few KB of PNG that inflate to gigabytes).
+    if (probe.width or 0) * (probe.height or 0) > settings.FAIRLANE_MAX_PIXELS:
+        raise MediaError("too_large", f"Pictures above {settings.FAIRLANE_MAX_PIXELS} pixels are not accepted "
+                                      f"(this one is {probe.width}x{probe.height}).")
 
 
 def outputs_dir(job_id: str) -> Path:
     return Path(settings.MEDIA_ROOT) / "outputs" / job_id
+
+
+class JobCanceled(Exception):
+    """The job stopped being `running` under us (an operator canceled it)."""
 
 
 def job_transcode(*, job_id: str) -> None:
@@ -56,12 +68,16 @@ def job_transcode(*, job_id: str) -> None:
     workdir = Path(tempfile.mkdtemp(prefix=f"{job_id}-", dir=work_root))  # mode 0700
     try:
         probe = probe_file(src)
-        _check_limits(probe)
+        limits_check(probe)
         job_services.job_probe_record(job_id=job_id, kind=probe.kind, media_info=probe.as_json(),
                                       cost_estimate=cost_estimate(probe))
 
         def on_progress(pct: int) -> None:
-            job_services.job_progress_set(job_id=job_id, progress=pct)
+            # The progress write doubles as the cancellation check: an operator
+            # canceled the job when it no longer is `running`. Raising here
+            # kills ffmpeg's process group (transcoding/ffmpeg.py).
+            if not job_services.job_progress_set(job_id=job_id, progress=pct):
+                raise JobCanceled(job_id)
 
         produced = pipelines.PIPELINES[probe.kind](src, workdir, probe, on_progress)
         final = outputs_dir(job_id)
@@ -79,9 +95,14 @@ def job_transcode(*, job_id: str) -> None:
             )
             for p in produced
         ]
-        job_services.job_succeed(job_id=job_id, outputs=outputs)
+        if not job_services.job_succeed(job_id=job_id, outputs=outputs):
+            shutil.rmtree(final, ignore_errors=True)  # canceled meanwhile: publish nothing
+            log.info("job %s was canceled while finishing; outputs removed", job_id)
+            return
         log.info("job %s succeeded: %s, %d outputs in %.2f s", job_id, probe.kind, len(outputs),
                  time.monotonic() - started)
+    except JobCanceled:
+        log.info("job %s canceled while running; stopped and cleaned up", job_id)
     except MediaError as exc:
         log.info("job %s failed: %s: %s", job_id, exc.code, exc.message)
         job_services.job_fail(job_id=job_id, code=exc.code, message=exc.message)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.media import make_video
+from tests.media import ffmpeg, make_video, rotated
 from transcoding.errors import MediaError
 from transcoding.probe import probe_file
 
@@ -41,3 +41,22 @@ def test_non_media_fails_with_a_specific_code(tmp_path: Path, content: bytes, co
     with pytest.raises(MediaError) as err:
         probe_file(path)
     assert err.value.code == code
+
+
+def test_the_probe_reads_rotation_hdr_and_the_default_audio_track(tmp_path: Path):
+    src = make_video(tmp_path / "hdr.mkv", size="320x240", audio_tracks=2,
+                     vf="setparams=color_trc=smpte2084:color_primaries=bt2020:colorspace=bt2020nc,format=yuv420p10le",
+                     video_args=("-c:v", "libx264", "-preset", "ultrafast"),
+                     audio_args=("-c:a", "aac", "-disposition:a:0", "0", "-disposition:a:1", "default"))
+    probe = probe_file(src)
+    assert (probe.hdr_transfer, probe.audio_index, probe.fps, probe.frames) == ("smpte2084", 1, 25.0, 25)
+    phone = rotated(make_video(tmp_path / "land.mp4", audio=False), tmp_path / "phone.mp4", -90)
+    assert probe_file(phone).rotation in (90, 270) and probe_file(phone).display_size == (120, 160)
+
+
+def test_cover_art_does_not_make_music_a_video(tmp_path: Path):
+    Image.new("RGB", (32, 32)).save(tmp_path / "cover.png")
+    ffmpeg("-f", "lavfi", "-i", "sine=duration=0.5", "-i", str(tmp_path / "cover.png"), "-map", "0:a", "-map", "1:v",
+           "-c:a", "aac", "-c:v", "png", "-disposition:v", "attached_pic", str(tmp_path / "song.m4a"))
+    probe = probe_file(tmp_path / "song.m4a")
+    assert probe.kind == "audio" and [s.type for s in probe.streams] == ["audio"]

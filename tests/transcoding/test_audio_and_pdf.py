@@ -1,0 +1,35 @@
+"""Audio becomes AAC and a waveform; a PDF a first-page thumbnail and a page count."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PIL import Image
+
+from tests.media import ffmpeg, video_facts
+from transcoding.probe import probe_file
+
+
+def test_audio_becomes_aac_in_m4a_and_a_waveform(transcode, tmp_path: Path):
+    ffmpeg("-f", "lavfi", "-i", "sine=frequency=300:duration=1.5", "-c:a", "pcm_s16le", str(tmp_path / "take.wav"))
+    out = transcode(tmp_path / "take.wav")
+    facts = video_facts(out["m4a"][0])
+    assert facts["audio_codec"] == "aac" and abs(facts["duration_s"] - 1.5) < 0.1
+    with Image.open(out["waveform"][0]) as wave:
+        assert (wave.format, wave.size) == ("PNG", (1200, 240))
+
+
+def test_an_mp3_with_cover_art_is_audio_not_video(transcode, tmp_path: Path):
+    Image.new("RGB", (60, 60), "purple").save(tmp_path / "cover.jpg")
+    ffmpeg("-f", "lavfi", "-i", "sine=duration=1", "-i", str(tmp_path / "cover.jpg"), "-map", "0:a", "-map", "1:v",
+           "-c:a", "libmp3lame", "-c:v", "copy", "-disposition:v", "attached_pic", str(tmp_path / "song.mp3"))
+    assert probe_file(tmp_path / "song.mp3").kind == "audio"
+    assert set(transcode(tmp_path / "song.mp3")) == {"m4a", "waveform"}
+
+
+def test_a_pdf_gives_a_first_page_thumbnail_and_its_page_count(transcode, tmp_path: Path):
+    pages = [Image.new("RGB", (600, 800), c) for c in ("white", "gray", "black")]
+    pages[0].save(tmp_path / "doc.pdf", save_all=True, append_images=pages[1:])
+    path, produced = transcode(tmp_path / "doc.pdf")["thumbnail"]
+    assert produced.metadata["pages"] == 3
+    with Image.open(path) as thumb:
+        assert thumb.size == (240, 320) and thumb.getpixel((100, 100))[0] > 240

@@ -1,0 +1,108 @@
+"""Images: upright, sRGB, stripped, never upscaled, WebP + JPEG; GIF -> MP4."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from tests.media import SRGB_PRIMARIES_D50, icc_rgb_profile, video_facts
+
+
+def _sizes(out: dict) -> dict:
+    result = {}
+    for name, (path, produced) in out.items():
+        with Image.open(path) as img:
+            assert img.size == (produced.metadata["width"], produced.metadata["height"])
+            assert not img.info.get("exif") and not img.getexif() and not img.info.get("icc_profile")
+            result[name] = img.size
+    return result
+
+
+def test_variants_shrink_large_images_and_come_in_webp_and_jpeg(transcode, tmp_path: Path):
+    Image.new("RGB", (3000, 2000), "teal").save(tmp_path / "photo.png")
+    sizes = _sizes(transcode(tmp_path / "photo.png"))
+    assert sizes == {"large": (1600, 1067), "large_jpeg": (1600, 1067), "medium": (800, 533),
+                     "medium_jpeg": (800, 533), "thumbnail": (320, 213), "thumbnail_jpeg": (320, 213)}
+
+
+def test_small_images_are_never_upscaled(transcode, tmp_path: Path):
+    Image.new("RGB", (200, 101), "red").save(tmp_path / "small.jpg")
+    assert set(_sizes(transcode(tmp_path / "small.jpg")).values()) == {(200, 101)}
+
+
+def test_exif_orientation_is_applied_then_metadata_stripped(transcode, tmp_path: Path):
+    img = Image.new("RGB", (64, 32), "blue")
+    exif = img.getexif()
+    exif[0x0112] = 6  # rotate 90 CW to display
+    exif[0x010F] = "PhoneMaker"
+    img.save(tmp_path / "phone.jpg", exif=exif)
+    assert _sizes(transcode(tmp_path / "phone.jpg"))["large"] == (32, 64)
+
+
+def test_transparency_is_kept_in_webp_and_flattened_on_white_in_jpeg(transcode, tmp_path: Path):
+    img = Image.new("RGBA", (40, 40), (255, 0, 0, 255))
+    img.paste((0, 0, 0, 0), (0, 0, 20, 40))
+    img.save(tmp_path / "logo.png")
+    out = transcode(tmp_path / "logo.png")
+    with Image.open(out["large"][0]) as webp:
+        assert webp.mode == "RGBA" and webp.getpixel((5, 5))[3] == 0 and webp.getpixel((30, 5))[3] == 255
+    with Image.open(out["large_jpeg"][0]) as jpeg:
+        assert jpeg.mode == "RGB" and min(jpeg.getpixel((5, 5))) > 240
+
+
+def test_cmyk_becomes_rgb(transcode, tmp_path: Path):
+    Image.new("CMYK", (50, 50), (0, 255, 255, 0)).save(tmp_path / "print.jpg")  # pure red ink
+    out = transcode(tmp_path / "print.jpg")
+    with Image.open(out["large_jpeg"][0]) as jpeg:
+        r, g, b = jpeg.getpixel((25, 25))
+        assert jpeg.mode == "RGB" and r > 200 and g < 60 and b < 60
+
+
+def test_16_bit_greyscale_is_scaled_not_clipped(transcode, tmp_path: Path):
+    Image.new("I;16", (50, 50), 32768).save(tmp_path / "scan.png")
+    with Image.open(transcode(tmp_path / "scan.png")["large"][0]) as webp:
+        assert 120 <= webp.convert("L").getpixel((25, 25)) <= 136
+
+
+def test_colours_are_converted_through_the_icc_profile_to_srgb(transcode, tmp_path: Path):
+    """A profile whose red and green primaries are swapped: a pixel stored as
+    pure red *is* green, and must come out green, with no profile attached."""
+    red, green, blue = SRGB_PRIMARIES_D50
+    Image.new("RGB", (30, 30), (255, 0, 0)).save(tmp_path / "odd.jpg", quality=95,
+                                                 icc_profile=icc_rgb_profile((green, red, blue)))
+    out = transcode(tmp_path / "odd.jpg")
+    _sizes(out)  # also: no profile, no EXIF left
+    with Image.open(out["large_jpeg"][0]) as jpeg:
+        r, g, b = jpeg.getpixel((15, 15))
+        assert r < 40 and g > 215 and b < 40
+
+
+def test_transparent_images_with_a_profile_keep_their_alpha(transcode, tmp_path: Path):
+    img = Image.new("RGBA", (20, 20), (200, 100, 50, 128))
+    img.save(tmp_path / "tagged.png", icc_profile=icc_rgb_profile())
+    with Image.open(transcode(tmp_path / "tagged.png")["large"][0]) as webp:
+        r, g, b, a = webp.getpixel((10, 10))
+        assert webp.mode == "RGBA" and abs(a - 128) <= 2 and abs(r - 200) < 10 and abs(g - 100) < 10
+
+
+def test_heic_photos_are_supported(transcode, tmp_path: Path):
+    Image.new("RGB", (128, 96), "orange").save(tmp_path / "iphone.heic", format="HEIF")
+    assert _sizes(transcode(tmp_path / "iphone.heic"))["large"] == (128, 96)
+
+
+def test_an_animated_gif_becomes_an_mp4_loop_and_a_poster(transcode, tmp_path: Path):
+    frames = [Image.new("RGB", (65, 49), (i * 50, 255 - i * 50, 0)) for i in range(5)]
+    frames[0].save(tmp_path / "anim.gif", save_all=True, append_images=frames[1:], duration=100, loop=0)
+    out = transcode(tmp_path / "anim.gif")
+    assert set(out) == {"mp4", "poster"} and out["mp4"][1].metadata["loop"] is True
+    facts = video_facts(out["mp4"][0])
+    assert (facts["video_codec"], facts["pix_fmt"]) == ("h264", "yuv420p")
+    assert facts["display"][0] % 2 == 0 and facts["display"][1] % 2 == 0 and facts["frames"] >= 4
+
+
+@pytest.mark.parametrize("mode", ["L", "LA", "P", "RGB"])
+def test_other_modes_come_out_as_rgb_or_rgba(transcode, tmp_path: Path, mode):
+    Image.new(mode, (20, 20)).save(tmp_path / f"{mode}.png")
+    with Image.open(transcode(tmp_path / f"{mode}.png")["thumbnail"][0]) as webp:
+        assert webp.mode in ("RGB", "RGBA")

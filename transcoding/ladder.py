@@ -1,0 +1,195 @@
+"""The video ladder: which renditions a source gets, and the single ffmpeg
+command that makes all of them, the MP4 fallback and the poster.
+
+One run, one decode: the source is decoded once, normalised once
+(deinterlace, HDR tone-map, constant frame rate) and `split` into one scaled
+branch per rendition, one for the MP4 and one for the poster. Running one
+ffmpeg per rendition decodes and normalises the source N times instead; see
+bench/media.py for the measured difference.
+
+Sizes are computed here, in Python, from the probe's display size (rotation
+applied, square pixels), so the filter scales to exact even dimensions, sets
+square pixels, and the recorded outputs know their size without a re-probe.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from transcoding import ffmpeg
+from transcoding.probe import Probe
+
+# Rungs by the frame's short side (portrait video gets 1080x1920 at "1080p"),
+# each with a video bitrate ceiling in kbit/s (Apple's HLS authoring
+# guidelines, rounded). Renditions go up to, never above, the source.
+RUNGS = ((240, 400), (360, 800), (480, 1400), (720, 2800), (1080, 5000))
+# The progressive fallback is for players without HLS; 720p keeps it to one
+# more encode of modest cost rather than a second full-resolution one.
+MP4_MAX_RUNG = 720
+# Segments of 4 s: short enough to start fast and switch quickly, long enough
+# that 1080p segments compress well. Every segment starts with a keyframe.
+SEGMENT_S = 4
+FULL_HD_PIXELS = 1920 * 1080
+MAX_FPS = 60.0
+DEFAULT_FPS = 30.0
+AUDIO_BITRATE = "128k"
+# The poster is taken this far in (or half-way through shorter clips): the
+# first frame is often black.
+POSTER_AT_S = 1.0
+X264 = ["-c:v", "libx264", "-preset", "veryfast", "-profile:v", "high", "-crf", "23"]
+
+
+@dataclass(frozen=True)
+class Rendition:
+    name: str
+    width: int
+    height: int
+    max_kbps: int
+
+    def as_json(self) -> dict:
+        return {"name": self.name, "width": self.width, "height": self.height, "max_kbps": self.max_kbps}
+
+
+def _even(value: float) -> int:
+    return max(2, 2 * round(value / 2))
+
+
+def fit_within(display: tuple[int, int], short_side: int) -> tuple[int, int]:
+    """Fit in a 16:9 box whose short side is `short_side`, oriented like the
+    source; never upscale."""
+    width, height = display
+    long_side = short_side * 16 / 9
+    box = (long_side, short_side) if width >= height else (short_side, long_side)
+    scale = min(box[0] / width, box[1] / height, 1.0)
+    return _even(width * scale), _even(height * scale)
+
+
+def renditions_for(probe: Probe) -> list[Rendition]:
+    display = probe.display_size
+    short = min(display)
+    rungs = [(side, kbps) for side, kbps in RUNGS if side <= short]
+    if not rungs:  # smaller than the smallest rung: one rendition at source size
+        rungs = [(short - short % 2, RUNGS[0][1])]
+    return [Rendition(f"{side}p", *fit_within(display, side), kbps) for side, kbps in rungs]
+
+
+def mp4_rendition(renditions: list[Rendition]) -> Rendition:
+    fitting = [r for r in renditions if int(r.name[:-1]) <= MP4_MAX_RUNG]
+    return (fitting or renditions[:1])[-1]
+
+
+def output_fps(probe: Probe) -> float:
+    """Constant output rate: the source's average, capped; VFR phone video
+    gets its average rate, so motion speed and audio sync are kept."""
+    fps = probe.fps if 0 < probe.fps <= 1000 else DEFAULT_FPS
+    return round(min(fps, MAX_FPS), 3)
+
+
+def normalise(probe: Probe, fps: float) -> list[str]:
+    """Filters applied once, before the split. Rotation needs none: ffmpeg
+    autorotates decoded frames from the display matrix."""
+    chain = []
+    if probe.interlaced:
+        chain.append("bwdif=mode=send_frame:deint=interlaced")
+    if probe.hdr_transfer:
+        # PQ/HLG BT.2020 -> linear light -> tone-mapped -> BT.709 SDR.
+        chain += [
+            f"zscale=tin={probe.hdr_transfer}:pin=bt2020:min=bt2020nc:t=linear:npl=100",
+            "format=gbrpf32le", "zscale=p=bt709", "tonemap=tonemap=hable:desat=0",
+            "zscale=t=bt709:m=bt709:r=tv",
+        ]
+    chain.append(f"fps={fps}")
+    return chain
+
+
+def poster_frame_index(probe: Probe, fps: float) -> int:
+    return int(min(POSTER_AT_S, probe.duration_s / 2) * fps)
+
+
+def scaled(size: tuple[int, int]) -> str:
+    # Exact even size, square pixels, limited range 8-bit 4:2:0: what every browser decodes.
+    return f"scale={size[0]}:{size[1]}:flags=bicubic:out_range=tv,setsar=1,format=yuv420p"
+
+
+@dataclass
+class LadderPlan:
+    renditions: list[Rendition]
+    mp4: Rendition
+    fps: float
+    args: list[str]
+    has_audio: bool
+
+
+def plan(src: Path, workdir: Path, probe: Probe, *, threads: int) -> LadderPlan:
+    """The whole ffmpeg argument list (after `ffmpeg`) for HLS + MP4 + poster."""
+    renditions = renditions_for(probe)
+    mp4 = mp4_rendition(renditions)
+    fps = output_fps(probe)
+    has_audio = probe.audio_index is not None
+    t = str(threads)
+    args = ["-y", "-threads", t, *ffmpeg.input_args(src, probe.container),
+            "-filter_complex", _graph(probe, renditions, mp4, fps), "-filter_complex_threads", t]
+    audio_codec = ["-c:a", "aac", "-b:a", AUDIO_BITRATE, "-ac", "2"] if has_audio else []
+    args += _hls_outputs(workdir / "hls", renditions, fps, has_audio, [*audio_codec, "-threads", t])
+    # Progressive fallback, moov atom first so playback starts before the download ends.
+    args += ["-map", "[vmp4]"] + (["-map", f"[a{len(renditions)}]"] if has_audio else [])
+    args += [*X264, "-maxrate", f"{mp4.max_kbps}k", "-bufsize", f"{2 * mp4.max_kbps}k", "-threads", t,
+             *audio_codec, "-movflags", "+faststart", str(workdir / "video.mp4")]
+    args += ["-map", "[vposter]", "-frames:v", "1", "-c:v", "mjpeg", "-q:v", "3", "-update", "1",
+             str(workdir / "poster.jpg")]
+    return LadderPlan(renditions, mp4, fps, args, has_audio)
+
+
+def _graph(probe: Probe, renditions: list[Rendition], mp4: Rendition, fps: float) -> str:
+    """Decode once, normalise once, split: [v<i>] per rendition, [vmp4],
+    [vposter], and [a<i>] audio copies (one per rendition, one for the MP4)."""
+    n = len(renditions)
+    graph = [f"[0:v:0]{','.join(normalise(probe, fps))},split={n + 2}" + "".join(f"[s{i}]" for i in range(n + 2))]
+    graph += [f"[s{i}]{scaled((r.width, r.height))}[v{i}]" for i, r in enumerate(renditions)]
+    graph.append(f"[s{n}]{scaled((mp4.width, mp4.height))}[vmp4]")
+    graph.append(f"[s{n + 1}]select='gte(n\\,{poster_frame_index(probe, fps)})',"
+                 f"scale={mp4.width}:{mp4.height},setsar=1[vposter]")
+    if probe.audio_index is not None:
+        # async=1 stretches or pads audio to its timestamps, so gaps in the
+        # source do not drift the sound away from the picture.
+        graph.append(f"[0:a:{probe.audio_index}]aresample=48000:async=1,asplit={n + 1}"
+                     + "".join(f"[a{i}]" for i in range(n + 1)))
+    return ";".join(graph)
+
+
+def _hls_outputs(hls: Path, renditions: list[Rendition], fps: float, has_audio: bool, extra: list[str]) -> list[str]:
+    """Every rendition (with its own copy of the audio) in one HLS muxer, a
+    keyframe at every segment start so each segment plays on its own."""
+    args = []
+    for i, r in enumerate(renditions):
+        args += ["-map", f"[v{i}]"] + (["-map", f"[a{i}]"] if has_audio else [])
+        # -b:v is not used by CRF; it gives the muxer a BANDWIDTH for clips too short to measure.
+        args += [f"-b:v:{i}", f"{r.max_kbps}k", f"-maxrate:v:{i}", f"{r.max_kbps}k",
+                 f"-bufsize:v:{i}", f"{2 * r.max_kbps}k"]
+    gop = str(max(1, round(fps * SEGMENT_S)))
+    stream_map = " ".join(f"v:{i}" + (f",a:{i}" if has_audio else "") + f",name:{r.name}"
+                          for i, r in enumerate(renditions))
+    return [*args, *X264, "-g", gop, "-keyint_min", gop, "-sc_threshold", "0",
+            "-force_key_frames", f"expr:gte(t,n_forced*{SEGMENT_S})", *extra,
+            "-f", "hls", "-hls_time", str(SEGMENT_S), "-hls_playlist_type", "vod",
+            "-hls_flags", "independent_segments", "-hls_segment_type", "mpegts",
+            "-hls_segment_filename", str(hls / "%v" / "seg_%03d.ts"),
+            "-master_pl_name", "master.m3u8", "-var_stream_map", stream_map, str(hls / "%v" / "index.m3u8")]
+
+
+def master_playlist_ensure(hls_dir: Path, renditions: list[Rendition], duration_s: float, has_audio: bool) -> None:
+    """ffmpeg writes no variant into the master playlist when a clip is too
+    short for it to know a bitrate (under about a third of a second). Then we
+    write it from what was produced: peak and average segment bitrates
+    measured from the files, sizes from the plan."""
+    master = hls_dir / "master.m3u8"
+    if master.is_file() and master.read_text().count("#EXT-X-STREAM-INF:") == len(renditions):
+        return
+    lines = ["#EXTM3U", "#EXT-X-VERSION:6", "#EXT-X-INDEPENDENT-SEGMENTS"]
+    for r in renditions:
+        total = sum(p.stat().st_size for p in (hls_dir / r.name).glob("*.ts"))
+        average = max(1, round(total * 8 / max(duration_s, 0.04)))
+        peak = max(average, (r.max_kbps + (128 if has_audio else 0)) * 1000)
+        lines += [f"#EXT-X-STREAM-INF:BANDWIDTH={peak},AVERAGE-BANDWIDTH={average},"
+                  f"RESOLUTION={r.width}x{r.height}", f"{r.name}/index.m3u8"]
+    master.write_text("\n".join(lines) + "\n")
