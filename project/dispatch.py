@@ -26,7 +26,7 @@ import redis
 from django.conf import settings
 
 from project.celery import app
-from project.fairness import FairScheduler
+from project.fairness import NO_RATE_LIMIT, FairScheduler
 from project.lanes import FAIR_LANES, Lane
 from project.routing import lane_for
 
@@ -93,9 +93,11 @@ def enqueue(
     policy = policy or KeyPolicy()
     sched = scheduler(lane)
     payload = json.dumps({"task": task_name, "args": args})
+    # The whole policy goes with every submit (0 / NO_RATE_LIMIT remove a
+    # cap / limit), so a changed plan takes effect with the user's next job.
     accepted, released = sched.submit_and_release(
         task_id, fair_key, cost=cost, payload=payload, weight=policy.weight,
-        cap=policy.cap if policy.cap is not None else 0, rate=policy.rate, due=due,
+        cap=policy.cap if policy.cap is not None else 0, rate=policy.rate or NO_RATE_LIMIT, due=due,
     )
     publish(lane, released)
     return accepted
@@ -129,3 +131,15 @@ def release_all(now: float | None = None) -> int:
         publish(lane, released)
         count += len(released)
     return count
+
+
+def cancel(task_name: str, task_ids: list[str]) -> None:
+    """Withdraw jobs: held ones leave the backlog; Celery is told to discard
+    messages already released (a worker drops a revoked task on receipt)."""
+    lane = lane_for(task_name)
+    if is_fair(lane):
+        sched = scheduler(lane)
+        for task_id in task_ids:
+            sched.cancel(task_id)
+    if task_ids:
+        app.control.revoke(task_ids)

@@ -63,6 +63,6 @@ We chose hold-and-release because:
 The doorbell remains the better fit if long jobs meet kombu's visibility
 timeout; the lease layout here (inflight set, heartbeats) would carry over.
 """
-from project.fairness.scheduler import FairScheduler, Released
+from project.fairness.scheduler import NO_RATE_LIMIT, FairScheduler, Released
 
-__all__ = ("FairScheduler", "Released")
+__all__ = ("NO_RATE_LIMIT", "FairScheduler", "Released")

@@ -48,6 +48,10 @@ def _now(now: float | None) -> float:
     return time.time() if now is None else now
 
 
+# Pass as `rate` to remove a key's rate limit (as cap=0 removes its cap).
+NO_RATE_LIMIT: tuple[float, float] = (0.0, 0.0)
+
+
 class FairScheduler:
     """Holds a lane's jobs per fairness key and releases them fairly.
 
@@ -159,13 +163,13 @@ class FairScheduler:
             raise ValueError("weight must be > 0")
         if cap is not None and cap < 0:
             raise ValueError("cap must be >= 0")
-        if rate is not None and (rate[0] <= 0 or rate[1] < 1):
-            raise ValueError("rate needs tokens_per_s > 0 and burst >= 1")
+        if rate is not None and rate != NO_RATE_LIMIT and (rate[0] <= 0 or rate[1] < 1):
+            raise ValueError("rate needs tokens_per_s > 0 and burst >= 1 (or NO_RATE_LIMIT)")
         return (
             job_id, key, cost, payload,
             "" if weight is None else weight,
             "" if cap is None else cap,
-            "" if rate is None else f"{rate[0]!r}:{rate[1]!r}",
+            "" if rate is None else "0" if rate == NO_RATE_LIMIT else f"{rate[0]!r}:{rate[1]!r}",
             "" if due is None else due,
             _now(now),
         )
@@ -234,6 +238,15 @@ class FairScheduler:
         """Count `slots` of worker `name` in the window for `ttl_s`; call again to renew."""
         now = _now(now)
         self._run("register_worker", name, slots, now + ttl_s, now)
+
+    def live_workers(self, *, now: float | None = None) -> dict[str, tuple[int, float]]:
+        """Registered workers whose registration has not expired: name ->
+        (slots, expires_at). For metrics and the admin, not the hot path."""
+        with self._client.pipeline(transaction=False) as pipe:
+            pipe.zrangebyscore(self.prefix + "workers", f"({_now(now)!r}", "+inf", withscores=True)
+            pipe.hgetall(self.prefix + "slots")
+            live, slots = pipe.execute()
+        return {_text(name): (int(slots.get(name, 0)), expires) for name, expires in live}
 
     def unregister_worker(self, name: str) -> None:
         """Stop counting a worker's slots (clean shutdown)."""

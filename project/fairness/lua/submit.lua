@@ -1,5 +1,6 @@
 -- submit(job_id, key, cost, payload, weight, cap, rate, due, now) -> 1 | 0
--- Empty weight/cap/rate/due mean "leave as is" / "not delayed". Returns 0 and
+-- Empty weight/cap/rate/due mean "leave as is" / "not delayed"; cap "0" and
+-- rate "0" remove the key's cap / rate limit. Returns 0 and
 -- changes nothing when the job id is known in any state: duplicate or
 -- concurrent submitters cannot put one job in twice, which is what makes
 -- release exactly-once. Does not release: the caller calls release next.
@@ -14,7 +15,19 @@ if new_cap == '0' then
 elseif new_cap ~= '' then
   redis.call('HSET', CAP, k, new_cap)
 end
-if new_rate ~= '' then redis.call('HSET', RATE, k, new_rate) end
+if new_rate == '0' then
+  redis.call('HDEL', RATE, k)
+  redis.call('HDEL', BUCKET, k)
+elseif new_rate ~= '' then
+  redis.call('HSET', RATE, k, new_rate)
+end
+
+-- New limits apply at once: a key parked for its old cap or rate becomes
+-- eligible again, and the next release re-checks it against the new ones.
+if new_cap ~= '' or new_rate ~= '' then
+  local parked = redis.call('SREM', CAPPED, k) + redis.call('ZREM', THROTTLED, k)
+  if parked > 0 then activate(k) end
+end
 
 redis.call('HSET', PAYLOAD, id, payload)
 if due and due > now then

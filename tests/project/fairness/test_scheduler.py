@@ -6,7 +6,7 @@ from collections import Counter, deque
 import pytest
 import redis
 
-from project.fairness import FairScheduler
+from project.fairness import NO_RATE_LIMIT, FairScheduler
 
 LANE = "test-lane"  # not a real lane: live workers of other tests must not touch it
 
@@ -116,6 +116,13 @@ def test_a_rate_limited_key_is_throttled_until_its_token_is_due(sched):
     assert sched.next_wakeup(0.5) == pytest.approx(1.0)
     assert [j for j, _ in sched.release(now=1.0)] == ["hook-2"]
     assert [j for j, _ in sched.release(now=3.0)] == ["hook-3", "hook-4"]
+
+
+def test_a_rate_limit_is_removed_by_the_next_submit_without_one(sched):
+    submit_many(sched, "r", 3, rate=(0.001, 1))
+    assert [j for j, _ in sched.release(now=0)] == ["r-0"]  # one token, then throttled
+    sched.submit("r-3", "r", rate=NO_RATE_LIMIT, now=0)
+    assert [j for j, _ in sched.release(now=0)] == ["r-1", "r-2"]
 
 
 def test_a_delayed_job_is_released_when_due_and_not_before(sched):
