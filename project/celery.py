@@ -24,5 +24,6 @@ app.conf.beat_schedule = {
     "fair-reconcile": {"task": "project.fair_reconcile", "schedule": 60.0},
 }
 
-# Connects the fair dispatcher's worker signals (start/finish/heartbeat/ticker).
-from project import fair_worker  # noqa: E402,F401
+# Connects the worker signals: fair dispatch (start/finish/heartbeat/ticker)
+# and the log context (task id and lane on every line).
+from project import fair_worker, logcontext  # noqa: E402,F401

@@ -190,6 +190,10 @@ FAIR_TICK_S = float(os.environ.get("FAIR_TICK_S", "1.0"))
 # app's database rows say exist but the dispatcher does not know (Redis lost
 # them, or a process died between commit and submit). Returns a count.
 FAIR_RECONCILERS = ["uploads.services.jobs_reconcile"]
+# Per lane, who used the workers lately: a function returning {key: {share,
+# wait_p50_ms, wait_p99_ms}} over the last FAIR_USAGE_MINUTES (staff page).
+FAIR_USAGE_PROVIDERS = {"cpu-transcode": "uploads.selectors.transcode_usage_by_user"}
+FAIR_USAGE_MINUTES = int(os.environ.get("FAIR_USAGE_MINUTES", "10"))
 
 # --- Email -----------------------------------------------------------------------
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
@@ -224,6 +228,10 @@ FAIRLANE_FFMPEG_THREADS = int(os.environ.get("FAIRLANE_FFMPEG_THREADS", "1"))
 # Signed output links stay valid this long.
 FAIRLANE_URL_MAX_AGE_S = int(os.environ.get("FAIRLANE_URL_MAX_AGE_S", str(3600)))
 
+# --- Operations ------------------------------------------------------------------------
+# /metrics answers only with `Authorization: Bearer <METRICS_TOKEN>`; unset, it is off.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+
 # --- Security (production) ---------------------------------------------------------
 if PRODUCTION:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -240,10 +248,22 @@ if PRODUCTION:
     }
 
 # --- Logging -------------------------------------------------------------------------
+# JSON in production (one object per line, with job_id, user_id, task_id, lane
+# and attempt on every line about a job); readable text in development.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "json" if PRODUCTION else "plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "project.logcontext.ContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s %(ctx)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s %(job_id)s %(user_id)s %(task_id)s "
+                      "%(lane)s %(attempt)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        },
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }

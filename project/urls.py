@@ -4,9 +4,11 @@ from django.urls import include, path
 
 from project.fair_admin import fairness_page
 from project.health import healthz
+from project.metrics import metrics_view
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
     path("admin/fairness/", fairness_page, name="admin-fairness"),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

@@ -32,7 +32,7 @@ class Workers:
     def __init__(self, log_dir: Path, *, cpu_concurrency: int = 2, io_concurrency: int = 8):
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen] = {}
-        env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1", "LOG_FORMAT": "json"}
         lanes = {
             "cpu": ["-Q", "cpu-transcode", "-P", "prefork", "-c", str(cpu_concurrency)],
             "io": ["-Q", "io-notify", "-P", "threads", "-c", str(io_concurrency)],

@@ -1,8 +1,16 @@
-from django.contrib import admin
+from collections import Counter
+
+from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.http import HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
+from django_celery_results.models import TaskResult
 
-from uploads.models import Job, Notification, Output, Profile, Upload
+from uploads import services
+from uploads.models import Job, JobAttempt, Notification, Output, Profile, Upload
 
 
 class ProfileInline(admin.StackedInline):
@@ -52,14 +60,76 @@ class OutputInline(admin.TabularInline):
     can_delete = False
 
 
+class AttemptInline(admin.TabularInline):
+    model = JobAttempt
+    fields = ["number", "worker", "started_at", "finished_at", "outcome", "error_code", "error_message"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+def _confirm_or_run(modeladmin, request, queryset, *, action: str, verb: str, verb_past: str,
+                    eligible: tuple, run) -> HttpResponse | None:
+    """Show who and how many first; act only after an explicit yes."""
+    jobs = list(queryset.filter(status__in=eligible).select_related("owner", "upload"))
+    if request.POST.get("confirm") != "yes":
+        owners = Counter(str(job.owner) for job in jobs)
+        return TemplateResponse(request, "admin/uploads/job/confirm_action.html", {
+            **modeladmin.admin_site.each_context(request), "title": f"{verb.capitalize()} jobs",
+            "jobs": jobs, "selected": queryset, "owners": sorted(owners.items()), "action": action,
+            "verb": verb, "verb_past": verb_past, "skipped": queryset.count() - len(jobs),
+        })
+    done = run(job_ids=[str(job.id) for job in jobs], actor=request.user)
+    for job in done:
+        modeladmin.log_change(request, job, f"{verb_past.capitalize()} from the admin.")
+    modeladmin.message_user(request, f"{verb_past.capitalize()} {len(done)} job(s).", messages.SUCCESS)
+    return None
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "owner", "kind", "lane", "status", "progress", "attempts", "wait_ms", "process_ms",
-                    "created_at", "finished_at"]
-    list_filter = ["status", "lane", "kind", "created_at"]
-    search_fields = ["id", "owner__username", "upload__filename", "task_id"]
-    readonly_fields = [f.name for f in Job._meta.fields]
-    inlines = [OutputInline]
+    list_display = ["id", "owner", "filename", "kind", "lane", "status", "progress", "attempts", "wait_ms",
+                    "process_ms", "created_at", "started_at", "finished_at"]
+    list_filter = ["status", "lane", "kind", ("owner", admin.RelatedOnlyFieldListFilter), "created_at"]
+    search_fields = ["=id", "owner__username", "upload__filename", "=task_id"]
+    list_select_related = ["owner", "upload"]
+    readonly_fields = [f.name for f in Job._meta.fields] + ["upload_link", "task_result_link"]
+    inlines = [AttemptInline, OutputInline]
+    actions = ["retry_jobs", "cancel_jobs"]
+    date_hierarchy = "created_at"
+
+    @admin.display(description="file", ordering="upload__filename")
+    def filename(self, job: Job) -> str:
+        return job.upload.filename
+
+    @admin.display(description="upload")
+    def upload_link(self, job: Job) -> str:
+        url = reverse("admin:uploads_upload_change", args=[job.upload_id])
+        return format_html('<a href="{}">{}</a>', url, job.upload.filename)
+
+    @admin.display(description="Celery task result")
+    def task_result_link(self, job: Job) -> str:
+        result = TaskResult.objects.filter(task_id=job.task_id or str(job.id)).first()
+        if result is None:
+            return "–"
+        url = reverse("admin:django_celery_results_taskresult_change", args=[result.pk])
+        return format_html('<a href="{}">{} ({})</a>', url, result.task_id, result.status)
+
+    def has_retry_permission(self, request) -> bool:
+        return request.user.has_perm("uploads.retry_job")
+
+    def has_cancel_permission(self, request) -> bool:
+        return request.user.has_perm("uploads.cancel_job")
+
+    @admin.action(description="Retry selected jobs", permissions=["retry"])
+    def retry_jobs(self, request, queryset):
+        return _confirm_or_run(self, request, queryset, action="retry_jobs", verb="retry", verb_past="retried",
+                               eligible=(Job.Status.FAILED, Job.Status.CANCELED), run=services.jobs_retry)
+
+    @admin.action(description="Cancel selected jobs", permissions=["cancel"])
+    def cancel_jobs(self, request, queryset):
+        return _confirm_or_run(self, request, queryset, action="cancel_jobs", verb="cancel", verb_past="canceled",
+                               eligible=(Job.Status.QUEUED, Job.Status.RUNNING), run=services.jobs_cancel)
 
 
 @admin.register(Notification)

@@ -103,6 +103,10 @@ class Job(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["owner", "-created_at"]), models.Index(fields=["status", "lane"])]
+        permissions = [
+            ("retry_job", "Can retry failed or canceled jobs"),
+            ("cancel_job", "Can cancel queued or running jobs"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} job {self.id} ({self.status})"
@@ -110,6 +114,26 @@ class Job(models.Model):
     @property
     def error(self) -> dict | None:
         return {"code": self.error_code, "message": self.error_message} if self.error_code else None
+
+
+class JobAttempt(models.Model):
+    """One run of a job by a worker: when, where, and how it ended."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_log")
+    number = models.PositiveIntegerField()
+    worker = models.CharField(max_length=255, blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, blank=True)  # a terminal Job.Status, or "" while running
+    error_code = models.CharField(max_length=64, blank=True)
+    error_message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [models.UniqueConstraint(fields=["job", "number"], name="attempt_unique_number_per_job")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.job_id}"
 
 
 class Output(models.Model):

@@ -11,12 +11,15 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
+from project import metrics
+from project.lanes import Lane
 from uploads.models import Job, Notification
 
 log = logging.getLogger(__name__)
 
 
 def notification_send_job_finished(*, job_id: str) -> Notification | None:
+    started = timezone.now()
     job = Job.objects.select_related("owner", "upload").filter(id=job_id).first()
     if job is None or job.status not in Job.TERMINAL:
         return None
@@ -49,4 +52,9 @@ def notification_send_job_finished(*, job_id: str) -> Notification | None:
     note.status = Notification.Status.SENT
     note.sent_at = timezone.now()
     note.save(update_fields=["status", "sent_at"])
+    metrics.observe_job(
+        lane=Lane.IO_NOTIFY, kind="email", outcome="sent",
+        wait_s=(started - job.finished_at).total_seconds() if job.finished_at else None,
+        process_s=(note.sent_at - started).total_seconds(),
+    )
     return note

@@ -4,6 +4,8 @@ late admin action can never move a job backwards or run it twice."""
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,13 +18,20 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from project import dispatch
+from project import dispatch, logcontext, metrics
 from project.dispatch import KeyPolicy
 from project.lanes import Lane
 from uploads.errors import ApplicationError
-from uploads.models import Job, Output, Profile, Upload
+from uploads.models import Job, JobAttempt, Output, Profile, Upload
 
 log = logging.getLogger(__name__)
+
+
+
+def worker_id() -> str:
+    """Which process ran an attempt: enough to find its logs (called at run
+    time: prefork children have their own pid)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -72,8 +81,10 @@ def uploads_create(
             )
             upload.file.save("upload", f, save=False)
             upload.save()
-            Job.objects.create(upload=upload, owner=owner, lane=Lane.CPU_TRANSCODE, queued_at=now,
-                               scheduled_for=scheduled_for, cost_estimate=cost_estimate_for_size(f.size))
+            job = Job(upload=upload, owner=owner, lane=Lane.CPU_TRANSCODE, queued_at=now,
+                      scheduled_for=scheduled_for, cost_estimate=cost_estimate_for_size(f.size))
+            job.task_id = str(job.id)  # the Celery task id is the job id (Flower, TaskResult, admin search)
+            job.save()
             uploads.append(upload)
         job_ids = [str(job_id) for job_id in Job.objects.filter(upload__in=uploads).values_list("id", flat=True)]
         transaction.on_commit(lambda: jobs_enqueue(job_ids=job_ids))
@@ -143,11 +154,16 @@ def job_start(*, job_id: str) -> Job | None:
     waited_from = max(filter(None, [job.queued_at or job.created_at, job.scheduled_for]))
     job.wait_ms = _ms_between(waited_from, now)
     job.save(update_fields=["wait_ms"])
+    JobAttempt.objects.create(job=job, number=job.attempts, started_at=now, worker=worker_id())
+    logcontext.bind(job_id=str(job.id), user_id=job.owner_id, attempt=job.attempts)
+    log.info("job started after waiting %d ms", job.wait_ms or 0)
     return job
 
 
-def job_progress_set(*, job_id: str, progress: int) -> None:
-    Job.objects.filter(id=job_id, status=Job.Status.RUNNING).update(progress=max(0, min(100, int(progress))))
+def job_progress_set(*, job_id: str, progress: int) -> bool:
+    """Record progress; False when the job is no longer running (an operator
+    canceled it), which tells the worker to stop."""
+    return bool(Job.objects.filter(id=job_id, status=Job.Status.RUNNING).update(progress=max(0, min(100, int(progress)))))
 
 
 def job_probe_record(*, job_id: str, kind: str, media_info: dict, cost_estimate: float) -> None:
@@ -156,13 +172,23 @@ def job_probe_record(*, job_id: str, kind: str, media_info: dict, cost_estimate:
 
 def _finish(job_id: str, status: str, **fields) -> bool:
     now = timezone.now()
-    job = Job.objects.filter(id=job_id).only("started_at", "owner_id").first()
+    job = Job.objects.filter(id=job_id).only("started_at", "owner_id", "lane", "kind", "wait_ms").first()
     if job is None:
         return False
     updated = Job.objects.filter(id=job_id, status__in=[Job.Status.QUEUED, Job.Status.RUNNING]).update(
         status=status, finished_at=now, process_ms=_ms_between(job.started_at, now), **fields
     )
     if updated:
+        process_ms = _ms_between(job.started_at, now)
+        transaction.on_commit(lambda: metrics.observe_job(
+            lane=job.lane, kind=job.kind, outcome=status,
+            wait_s=None if job.wait_ms is None else job.wait_ms / 1000,
+            process_s=None if process_ms is None else process_ms / 1000,
+        ))
+        JobAttempt.objects.filter(job_id=job_id, finished_at__isnull=True).update(
+            finished_at=now, outcome=status, error_code=fields.get("error_code", ""),
+            error_message=fields.get("error_message", ""),
+        )
         transaction.on_commit(lambda: notify_enqueue(job_id=job_id, owner_id=job.owner_id, status=status))
     return bool(updated)
 
@@ -192,3 +218,40 @@ def job_fail(*, job_id: str, code: str, message: str) -> bool:
     """queued/running -> failed with a code and a human message."""
     with transaction.atomic():
         return _finish(job_id, Job.Status.FAILED, error_code=code[:64], error_message=message)
+
+
+def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
+    """failed/canceled -> queued, through the fair dispatcher like any new job
+    (no queue jumping); the next run counts as a new attempt. Returns the jobs
+    that were retried; others are left alone."""
+    now = timezone.now()
+    with transaction.atomic():
+        jobs = list(Job.objects.select_for_update().filter(
+            id__in=list(job_ids), status__in=[Job.Status.FAILED, Job.Status.CANCELED]))
+        ids = [job.id for job in jobs]
+        Output.objects.filter(job_id__in=ids).delete()
+        Job.objects.filter(id__in=ids).update(
+            status=Job.Status.QUEUED, queued_at=now, progress=0, error_code="", error_message="",
+            started_at=None, finished_at=None, wait_ms=None, process_ms=None,
+        )
+        transaction.on_commit(lambda: jobs_enqueue(job_ids=[str(i) for i in ids]))
+    log.info("%s retried %d job(s): %s", actor, len(ids), [str(i) for i in ids])
+    return jobs
+
+
+def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
+    """queued/running -> canceled. A held job leaves its user's backlog at
+    once; a released one is dropped by its guarded start; a running one stops
+    at its next progress report (its ffmpeg process group is killed and its
+    work directory removed). Returns the jobs that were canceled."""
+    canceled = []
+    with transaction.atomic():
+        for job in Job.objects.select_for_update().filter(
+                id__in=list(job_ids), status__in=[Job.Status.QUEUED, Job.Status.RUNNING]):
+            if _finish(str(job.id), Job.Status.CANCELED, error_code="canceled",
+                       error_message=f"Canceled by {actor}."):
+                canceled.append(job)
+        ids = [str(job.id) for job in canceled]
+        transaction.on_commit(lambda: dispatch.cancel("transcoding.job_run", ids))
+    log.info("%s canceled %d job(s): %s", actor, len(canceled), ids)
+    return canceled

@@ -7,5 +7,5 @@ urlpatterns = [
     path("api/uploads/", api.UploadCreateApi.as_view(), name="api-upload-create"),
     path("api/jobs/", api.JobListApi.as_view(), name="api-job-list"),
     path("api/jobs/<uuid:job_id>/", api.JobDetailApi.as_view(), name="api-job-detail"),
-    path("o/<str:token>/", delivery.output_download, name="output-download"),
+    path("o/<str:token>/<path:path>", delivery.output_download, name="output-download"),
 ]

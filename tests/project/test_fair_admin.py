@@ -45,3 +45,24 @@ def test_fairness_page_is_for_staff_only(client, make_user):
     client.force_login(make_user("not-staff"))
     resp = client.get("/admin/fairness/")
     assert resp.status_code == 302 and "/admin/login/" in resp["Location"]
+
+
+def test_fairness_page_shows_recent_share_of_worker_time_and_waits(admin_client, make_user, redis_client):
+    import uuid
+
+    from django.utils import timezone
+
+    from uploads.models import Job, Upload
+
+    now = timezone.now()
+    for name, process_ms, waits in (("busy", 3000, [100, 200, 300]), ("quiet", 1000, [50])):
+        user = make_user(name)
+        upload = Upload.objects.create(owner=user, batch=uuid.uuid4(), filename="a.mp4", file="x", size=1)
+        for wait in waits:
+            Job.objects.create(upload=upload, owner=user, lane="cpu-transcode", status="succeeded", wait_ms=wait,
+                               process_ms=process_ms // len(waits), started_at=now, finished_at=now)
+    cpu = next(lane for lane in admin_client.get("/admin/fairness/").context["lanes"] if lane["lane"] == "cpu-transcode")
+    rows = {row["user"]: row for row in cpu["keys"]}
+    assert rows["busy"]["share_pct"] == 75.0 and rows["quiet"]["share_pct"] == 25.0
+    assert (rows["busy"]["wait_p50_ms"], rows["busy"]["wait_p99_ms"]) == (200, 300)
+    assert rows["busy"]["state"] == "idle" and rows["busy"]["backlog"] == 0

@@ -71,7 +71,7 @@ def test_job_detail_has_the_documented_fields(make_user, api_client_for):
 
 
 def test_a_forged_output_link_is_not_found(client):
-    assert client.get("/o/not-a-signed-token/").status_code == 404
+    assert client.get("/o/not-a-signed-token/video.mp4").status_code == 404
 
 
 def test_a_malformed_scheduled_for_is_a_400_naming_the_field(make_user, api_client_for):

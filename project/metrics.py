@@ -1,0 +1,136 @@
+"""Prometheus metrics at /metrics, for every process on every host.
+
+Jobs end in prefork children and worker threads on many hosts, so
+observations are recorded in Redis (one pipelined round trip per job) and
+turned into Prometheus families when /metrics is scraped; prometheus_client's
+own multiprocess mode would only see one host. Gauges (backlog, in flight,
+active users, worker heartbeat age) are read from the fair dispatcher at
+scrape time.
+
+The autoscaling signal is `fairlane_backlog_jobs{lane=...}` + in flight: see
+the README's operations section.
+"""
+from __future__ import annotations
+
+import hmac
+import os
+import time
+from collections import defaultdict
+
+import redis
+from django.conf import settings
+from django.http import Http404, HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from project import dispatch
+from project.fair_worker import WORKER_TTL_S
+from project.lanes import FAIR_LANES
+
+# Seconds. Waits span sub-second (idle lane) to an hour (a big backlog);
+# processing spans a thumbnail to a long video.
+BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+HISTOGRAMS = {
+    "wait": ("fairlane_job_wait_seconds", "Time from queued (or due) to started, per lane and kind."),
+    "processing": ("fairlane_job_processing_seconds", "Time from started to finished, per lane and kind."),
+}
+KEY = "metrics:{name}"
+_clients: dict[int, redis.Redis] = {}
+
+
+def _client() -> redis.Redis:
+    pid = os.getpid()
+    if pid not in _clients:
+        _clients[pid] = redis.Redis.from_url(settings.FAIR_REDIS_URL, socket_timeout=2)
+    return _clients[pid]
+
+
+def _bucket(value: float) -> str:
+    return next((repr(b) for b in BUCKETS if value <= b), "+Inf")
+
+
+def observe_job(*, lane: str, kind: str, outcome: str, wait_s: float | None, process_s: float | None) -> None:
+    """Count one finished job and its times. Never raises: metrics must not
+    fail a job."""
+    try:
+        pipe = _client().pipeline(transaction=False)
+        for name, value in (("wait", wait_s), ("processing", process_s)):
+            if value is None:
+                continue
+            key = KEY.format(name=name)
+            pipe.hincrby(key, f"{lane}|{kind}|{_bucket(value)}", 1)
+            pipe.hincrbyfloat(key, f"{lane}|{kind}|sum", value)
+        pipe.hincrby(KEY.format(name="jobs"), f"{lane}|{kind}|{outcome}", 1)
+        pipe.execute()
+    except redis.RedisError:
+        pass
+
+
+def _histograms(client: redis.Redis):
+    for name, (metric, doc) in HISTOGRAMS.items():
+        family = HistogramMetricFamily(metric, doc, labels=["lane", "kind"])
+        series: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+        for field, value in client.hgetall(KEY.format(name=name)).items():
+            lane, kind, le = field.decode().split("|")
+            series[(lane, kind)][le] = float(value)
+        for (lane, kind), counts in sorted(series.items()):
+            cumulative, buckets = 0.0, []
+            for le in [*map(repr, BUCKETS), "+Inf"]:
+                cumulative += counts.get(le, 0.0)
+                buckets.append((le, cumulative))
+            family.add_metric([lane, kind], buckets, counts.get("sum", 0.0))
+        yield family
+
+
+def _counters(client: redis.Redis):
+    family = CounterMetricFamily("fairlane_jobs", "Jobs that ended, by lane, kind and outcome.",
+                                 labels=["lane", "kind", "outcome"])
+    for field, value in sorted(client.hgetall(KEY.format(name="jobs")).items()):
+        family.add_metric(field.decode().split("|"), float(value))
+    yield family
+
+
+def _gauges(now: float):
+    backlog = GaugeMetricFamily("fairlane_backlog_jobs", "Accepted jobs held by the fair dispatcher, not yet "
+                                "released (autoscaling signal).", labels=["lane"])
+    in_flight = GaugeMetricFamily("fairlane_in_flight_jobs", "Jobs released to the lane's queue or running.",
+                                  labels=["lane"])
+    delayed = GaugeMetricFamily("fairlane_delayed_jobs", "Jobs scheduled for later.", labels=["lane"])
+    active = GaugeMetricFamily("fairlane_active_users", "Users with a backlog on the lane.", labels=["lane"])
+    window = GaugeMetricFamily("fairlane_window_jobs", "Live worker slots plus headroom.", labels=["lane"])
+    age = GaugeMetricFamily("fairlane_worker_heartbeat_age_seconds", "Seconds since each worker last "
+                            "renewed its registration (renewed every 10 s).", labels=["lane", "worker"])
+    for lane in sorted(FAIR_LANES):
+        sched = dispatch.scheduler(lane)
+        totals = sched.snapshot(now=now)["totals"]
+        backlog.add_metric([lane.value], totals["held"])
+        in_flight.add_metric([lane.value], totals["in_flight"])
+        delayed.add_metric([lane.value], totals["delayed"])
+        active.add_metric([lane.value], totals["active_keys"])
+        window.add_metric([lane.value], totals["window"])
+        for name, (_, expires_at) in sorted(sched.live_workers(now=now).items()):
+            age.add_metric([lane.value, name], max(0.0, now - (expires_at - WORKER_TTL_S)))
+    yield from (backlog, in_flight, delayed, active, window, age)
+
+
+class _Collector:
+    def collect(self):
+        client = _client()
+        yield from _histograms(client)
+        yield from _counters(client)
+        yield from _gauges(time.time())
+
+
+@require_GET
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """Bearer-token protected; without METRICS_TOKEN configured there is no endpoint."""
+    token = settings.METRICS_TOKEN
+    if not token:
+        raise Http404
+    given = request.headers.get("Authorization", "")
+    if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        return HttpResponse("unauthorized\n", status=401, headers={"WWW-Authenticate": "Bearer"})
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

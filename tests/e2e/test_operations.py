@@ -1,0 +1,120 @@
+"""What operators read: /metrics with real values after real jobs."""
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.media import make_video
+from uploads.models import Job, Notification
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def sample(text: str, name: str, **labels) -> float:
+    """The value of one series in Prometheus text format."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+            if all(found.get(k) == v for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} {labels} in metrics")
+
+
+def test_metrics_expose_waits_outcomes_backlog_and_worker_heartbeats(workers, make_user, api_client_for,
+                                                                    client, settings, tmp_path):
+    settings.METRICS_TOKEN = "s3cret"
+    user = make_user("metered")
+    with open(make_video(tmp_path / "v.mp4", seconds=1), "rb") as fh:
+        job_id = api_client_for(user).post("/api/uploads/", {"file": fh}, format="multipart").json()[
+            "uploads"][0]["job"]["id"]
+    deadline = time.monotonic() + 60
+    while not Notification.objects.filter(job_id=job_id, status="sent").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert Job.objects.get(id=job_id).status == "succeeded"
+
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    resp = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret")
+    assert resp.status_code == 200
+    text = resp.content.decode()
+    video = {"lane": "cpu-transcode", "kind": "video"}
+    assert sample(text, "fairlane_job_wait_seconds_count", **video) >= 1
+    assert sample(text, "fairlane_job_processing_seconds_sum", **video) > 0
+    assert sample(text, "fairlane_job_processing_seconds_bucket", le="+Inf", **video) >= 1
+    assert sample(text, "fairlane_jobs_total", outcome="succeeded", **video) >= 1
+    assert sample(text, "fairlane_job_processing_seconds_count", lane="io-notify", kind="email") >= 1
+    for lane in ("cpu-transcode", "io-notify"):
+        assert sample(text, "fairlane_backlog_jobs", lane=lane) >= 0
+        assert sample(text, "fairlane_in_flight_jobs", lane=lane) >= 0
+        assert sample(text, "fairlane_active_users", lane=lane) >= 0
+        assert sample(text, "fairlane_window_jobs", lane=lane) >= 2
+    # Workers renew their registration every 10 s; another test may just have
+    # emptied Redis, so give them one round.
+    pattern = r'fairlane_worker_heartbeat_age_seconds\{lane="cpu-transcode",worker="([^"]+)"\} (\S+)'
+    deadline = time.monotonic() + 15
+    while not (ages := re.findall(pattern, text)):
+        assert time.monotonic() < deadline, "no worker heartbeat series"
+        time.sleep(1)
+        text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").content.decode()
+    assert all(0 <= float(age) < 30 for _, age in ages)
+
+
+def test_metrics_endpoint_does_not_exist_without_a_token(client, settings, db):
+    settings.METRICS_TOKEN = ""
+    assert client.get("/metrics").status_code == 404
+
+
+def test_worker_log_lines_about_a_job_carry_its_ids(workers, make_user, api_client_for, tmp_path):
+    import json
+
+    user = make_user("logged")
+    with open(make_video(tmp_path / "v.mp4", seconds=1), "rb") as fh:
+        job_id = api_client_for(user).post("/api/uploads/", {"file": fh}, format="multipart").json()[
+            "uploads"][0]["job"]["id"]
+    deadline = time.monotonic() + 60
+    while Job.objects.get(id=job_id).status not in Job.TERMINAL:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    time.sleep(0.5)  # let the worker flush its log
+    lines = [json.loads(line) for line in workers.log_tail("cpu", 400).splitlines() if line.startswith("{")]
+    about_job = [line for line in lines if line.get("job_id") == job_id]
+    assert len(about_job) >= 2, "expected the start and the end of the job in the log"
+    for line in about_job:
+        assert line["user_id"] == user.id and line["task_id"] == job_id
+        assert line["lane"] == "cpu-transcode" and line["attempt"] == 1
+
+
+def test_canceling_a_running_job_stops_ffmpeg_and_leaves_nothing_behind(workers, make_user, api_client_for,
+                                                                        tmp_path, settings):
+    import subprocess
+    from pathlib import Path
+
+    from uploads import services
+
+    user = make_user("impatient")
+    video = make_video(tmp_path / "long.mp4", seconds=20, size="640x360")
+    with open(video, "rb") as fh:
+        job_id = api_client_for(user).post("/api/uploads/", {"file": fh}, format="multipart").json()[
+            "uploads"][0]["job"]["id"]
+    deadline = time.monotonic() + 60
+    while not Job.objects.filter(id=job_id, status="running", progress__gt=0).exists():
+        assert time.monotonic() < deadline, "the job never started making progress"
+        time.sleep(0.1)
+    assert services.jobs_cancel(job_ids=[job_id], actor=user)
+    media = Path(settings.MEDIA_ROOT)
+
+    def ffmpeg_running() -> bool:
+        return subprocess.run(["pgrep", "-f", f"tmp/{job_id}-"], capture_output=True).returncode == 0
+
+    # Progress is reported about once a second, and that is where the worker
+    # notices: well before this 20 s clip's encode would end on its own.
+    deadline = time.monotonic() + 4
+    while ffmpeg_running() or any((media / "tmp").glob(f"{job_id}-*")):
+        assert time.monotonic() < deadline, "ffmpeg or its work directory outlived the cancel"
+        time.sleep(0.2)
+    job = Job.objects.get(id=job_id)
+    assert job.status == "canceled" and job.error_code == "canceled"
+    assert not (media / "outputs" / job_id).exists() and not job.outputs.exists()
