@@ -1,4 +1,4 @@
-"""HTML pages: the upload page. It talks to the JSON API from the browser."""
+"""HTML pages: the upload page (it talks to the JSON API from the browser) and a job's results."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
@@ -6,8 +6,20 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
+from uploads import selectors
+from uploads.delivery import output_url
+
 
 @login_required
 @ensure_csrf_cookie
 def upload_page(request: HttpRequest) -> HttpResponse:
     return render(request, "uploads/upload_page.html")
+
+
+@login_required
+def job_page(request: HttpRequest, job_id) -> HttpResponse:
+    """One job's results: the video (HLS where the browser plays it natively,
+    else the MP4), images, audio and documents, through signed links."""
+    job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+    links = {output.name: output_url(output) for output in job.outputs.all()}
+    return render(request, "uploads/job_page.html", {"job": job, "links": links})

@@ -83,3 +83,13 @@ def test_a_malformed_scheduled_for_is_a_400_naming_the_field(make_user, api_clie
     body = resp.json()["error"]
     assert body["code"] == "invalid" and "scheduled_for" in body["fields"]
     assert not Upload.objects.exists()
+
+
+def test_a_job_page_is_only_for_its_owner(make_user, client):
+    owner, other = make_user("gil"), make_user("hal")
+    job = make_job(owner)
+    client.force_login(other)
+    assert client.get(f"/jobs/{job.id}/").status_code == 404
+    client.force_login(owner)
+    resp = client.get(f"/jobs/{job.id}/")
+    assert resp.status_code == 200 and b"a.mp4" in resp.content
