@@ -1,0 +1,95 @@
+"""Flower, started as the Procfile starts it (bin/flower), behind basic auth,
+shows both lanes' workers and the released tasks with readable arguments."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import base64
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.media import make_video
+from uploads.models import Job
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+ROOT = Path(__file__).resolve().parents[2]
+AUTH = ("ops", "flower-test-password")
+
+
+def get(url: str, auth: tuple[str, str] | None = None, timeout: float = 10) -> tuple[int, object]:
+    request = urllib.request.Request(url)
+    if auth:
+        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(auth).encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            body = resp.read()
+            is_json = resp.headers.get_content_type() == "application/json"
+            return resp.status, json.loads(body) if is_json else body
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+
+
+@pytest.fixture
+def flower(workers, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "FLOWER_BASIC_AUTH": ":".join(AUTH), "FLOWER_PORT": str(port),
+           "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"}
+    log = open(tmp_path / "flower.log", "wb")
+    proc = subprocess.Popen([str(ROOT / "bin" / "flower")], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            get(url, timeout=1)
+            break
+        except (urllib.error.URLError, ConnectionError):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "flower.log").read_text()
+            time.sleep(0.3)
+    yield url
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(10)
+
+
+def test_flower_needs_its_password_and_shows_both_lanes_and_readable_tasks(flower, make_user, api_client_for,
+                                                                          tmp_path):
+    assert get(f"{flower}/api/workers")[0] == 401
+    assert get(f"{flower}/api/workers", auth=("ops", "wrong"))[0] == 401
+
+    deadline = time.monotonic() + 30
+    while True:
+        status, workers = get(f"{flower}/api/workers?refresh=1", auth=AUTH)
+        assert status == 200
+        names = set(workers)
+        if any(n.startswith("cpu@") for n in names) and any(n.startswith("io@") for n in names):
+            break
+        assert time.monotonic() < deadline, f"Flower sees only {names}"
+        time.sleep(1)
+
+    user = make_user("watched")
+    with open(make_video(tmp_path / "v.mp4", seconds=1), "rb") as fh:
+        job_id = api_client_for(user).post("/api/uploads/", {"file": fh}, format="multipart").json()[
+            "uploads"][0]["job"]["id"]
+    deadline = time.monotonic() + 60
+    while True:
+        status, tasks = get(f"{flower}/api/tasks", auth=AUTH)
+        assert status == 200
+        ours = [t for t in tasks.values() if job_id in str(t.get("args"))]
+        names = {t["name"] for t in ours}
+        if {"transcoding.job_run", "uploads.notify_job_finished"} <= names:
+            break
+        assert time.monotonic() < deadline, f"Flower shows {names} for the job"
+        time.sleep(1)
+    run = next(t for t in ours if t["name"] == "transcoding.job_run")
+    assert run["uuid"] == job_id and run["args"] == f"['{job_id}']"  # the job id, readable
+    assert Job.objects.get(id=job_id).status == "succeeded"
