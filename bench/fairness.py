@@ -276,7 +276,7 @@ def scale(users_list: tuple[int, ...] = (10, 10_000)) -> dict:
             got = sched.release(limit=1)
             release_t.append(time.perf_counter() - t)
             released += got
-            if len(released) >= 60:
+            if len(released) >= min(60, users):  # keep a backlog in flight, even with few users
                 job_id, _ = released.pop(0)
                 t = time.perf_counter()
                 released += sched.finish(job_id, actual_cost=1.0)
