@@ -12,7 +12,6 @@ RDB snapshots fighting the AOF for the disk.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import Http404
-from rest_framework import exceptions, status
+from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -31,6 +31,3 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         response.data = {"error": body}
     return response
 
-
-def not_found() -> Response:
-    return Response({"error": {"code": "not_found", "message": "Not found."}}, status=status.HTTP_404_NOT_FOUND)
