@@ -41,12 +41,13 @@ def test_a_user_uploads_three_files_and_watches_them_all_succeed(
         expect(row.locator("td").nth(5).locator("a").first).to_be_visible()
     for name in ("beach.mp4", "party.mov"):
         expect(rows.filter(has_text=name).locator("td").nth(1)).to_have_text("video")
-        expect(rows.filter(has_text=name).locator("a", has_text="mp4")).to_have_count(1)
+        outputs = rows.filter(has_text=name).locator("td").nth(5)  # the file name cell links to the job page
+        expect(outputs.locator("a", has_text="mp4")).to_have_count(1)
     expect(rows.filter(has_text="sunset.png").locator("td").nth(1)).to_have_text("image")
 
     # The page is done polling fast once nothing moves; the links it shows
     # are signed and open in this browser session.
-    mp4_url = rows.filter(has_text="beach.mp4").locator("a", has_text="mp4").get_attribute("href")
+    mp4_url = rows.filter(has_text="beach.mp4").locator("td").nth(5).locator("a", has_text="mp4").get_attribute("href")
     screenshot(page, "upload-page")
 
     # Debian's Chromium decodes H.264: the produced file really plays here.
