@@ -130,25 +130,16 @@ class FairScheduler:
         Does not release: call `release` next, so that a caller submitting a
         batch pays for one release.
         """
-        return bool(self._run("submit", *self._submit_args(job_id, key, cost, payload, weight, cap, rate, due, now)))
+        return bool(self._run("submit", *self._submit_args(
+            job_id, key, cost=cost, payload=payload, weight=weight, cap=cap, rate=rate, due=due, now=now)))
 
-    def submit_and_release(
-        self,
-        job_id: str,
-        key: str,
-        *,
-        cost: float = 1.0,
-        payload: str = "",
-        weight: float | None = None,
-        cap: int | None = None,
-        rate: tuple[float, float] | None = None,
-        due: float | None = None,
-        now: float | None = None,
-    ) -> tuple[bool, list[Released]]:
+    def submit_and_release(self, job_id: str, key: str, **fields: Any) -> tuple[bool, list[Released]]:
         """`submit` then `release`, pipelined in one round trip: the hot path
         of a single enqueue. Two scripts, each atomic; nothing needs them to
-        be atomic together (a release in between by anyone is as good)."""
-        args = self._submit_args(job_id, key, cost, payload, weight, cap, rate, due, now)
+        be atomic together (a release in between by anyone is as good).
+        Takes the same keyword arguments as `submit`."""
+        args = self._submit_args(job_id, key, **fields)
+        now = fields.get("now")
         with self._client.pipeline(transaction=False) as pipe:
             self._scripts["submit"](keys=[self.prefix], args=args, client=pipe)
             self._scripts["release"](keys=[self.prefix], args=(*self._release_args(now), 0), client=pipe)
@@ -156,7 +147,11 @@ class FairScheduler:
         return bool(accepted), _pairs(released)
 
     @staticmethod
-    def _submit_args(job_id, key, cost, payload, weight, cap, rate, due, now) -> tuple:
+    def _submit_args(
+        job_id: str, key: str, *, cost: float = 1.0, payload: str = "", weight: float | None = None,
+        cap: int | None = None, rate: tuple[float, float] | None = None, due: float | None = None,
+        now: float | None = None,
+    ) -> tuple:
         if cost < 0:
             raise ValueError("cost must be >= 0")
         if weight is not None and weight <= 0:
