@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast install bench-fairness bench-media clean stop
+.PHONY: run test test-fast install bench-fairness bench-media bench-notify clean stop
 
 install: $(STAMP)
 
@@ -32,6 +32,10 @@ bench-fairness: install
 
 bench-media: install
 	$(BIN)/python -m bench.media
+
+# Webhook deliveries, fair versus FIFO; smaller: make bench-notify ARGS="--heavy 2000"
+bench-notify: install
+	$(BIN)/python -m bench.notify $(ARGS)
 
 clean:
 	rm -rf var/ $(VENV)

@@ -57,17 +57,38 @@ class Environment:
 
 
 class Worker:
-    """One Celery worker process on one lane."""
+    """One Celery worker process on one lane, started the way the Procfile
+    starts it (the benchmarks, and the tests in tests/workers.py and
+    tests/chaos, which also kill and stop it in every way there is)."""
 
-    def __init__(self, lane: str, *, pool: str, concurrency: int, name: str, log_dir: Path):
-        self.name = f"{name}@bench-{os.getpid()}"
+    def __init__(self, lane: str, *, pool: str, concurrency: int, name: str, log_dir: Path,
+                 suffix: str = "bench", loglevel: str = "WARNING", env: dict | None = None,
+                 extra_args: tuple[str, ...] = ("--without-heartbeat",)):
+        self.name = f"{name}@{suffix}-{os.getpid()}"
+        self.lane = lane
         self.log = log_dir / f"{name}.log"
         self.proc = subprocess.Popen(
             [str(BIN / "celery"), "-A", "project", "worker", "-Q", lane, "-P", pool, "-c", str(concurrency),
-             "-n", self.name, "--include", "bench.tasks", "-l", "WARNING",
-             "--without-mingle", "--without-gossip", "--without-heartbeat"],
+             "-n", self.name, "--include", "bench.tasks", "-l", loglevel,
+             "--without-mingle", "--without-gossip", *extra_args],
             cwd=ROOT, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **(env or {})},
         )
+
+    def children(self) -> list[int]:
+        """The pool's child processes (prefork), from /proc."""
+        kids = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == self.proc.pid:
+                kids.append(int(stat.parent.name))
+        return kids
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         from project.celery import app
@@ -76,7 +97,11 @@ class Worker:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"worker {self.name} exited; see {self.log}")
-            replies = app.control.ping(destination=[self.name], timeout=0.5) or []
+            try:
+                replies = app.control.ping(destination=[self.name], timeout=0.5) or []
+            except Exception:  # a broker connection from before a Redis restart: the next call reconnects
+                time.sleep(0.2)
+                continue
             if any(self.name in reply for reply in replies):
                 return
         raise RuntimeError(f"worker {self.name} not ready in {timeout}s; see {self.log}")

@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 # Celery header that marks a message as released by the fair scheduler, so
 # the worker knows to report start/finish for it.
 FAIR_HEADER = "fairlane_lane"
+# What a fair task returns when its job is not finished as far as the
+# scheduler is concerned: the job was handed back (requeued for a retry or a
+# shutdown) or belongs to another, live delivery. The worker then does not
+# report a finish, which would forget a job that is still owed a run.
+HANDED_BACK = "fairlane:handed-back"
 
 
 @dataclass(frozen=True)
@@ -83,16 +88,19 @@ def enqueue(
     cost: float = 1.0,
     policy: KeyPolicy | None = None,
     due: float | None = None,
+    options: dict | None = None,
 ) -> bool:
     """Submit `task_name(*args)` to its lane; False if this task id is already
-    held or in flight (the call was a duplicate and changed nothing)."""
+    held or in flight (the call was a duplicate and changed nothing).
+    `options` are Celery call options for the message (time limits)."""
     lane = lane_for(task_name)
-    if not is_fair(lane):
-        app.send_task(task_name, args=args, task_id=task_id)
+    if not is_fair(lane):  # plain FIFO Celery (the benchmarks' baseline): a broker-side countdown
+        countdown = max(0.0, due - time.time()) if due else None
+        app.send_task(task_name, args=args, task_id=task_id, countdown=countdown, **(options or {}))
         return True
     policy = policy or KeyPolicy()
     sched = scheduler(lane)
-    payload = json.dumps({"task": task_name, "args": args})
+    payload = _payload(task_name, args, options)
     # The whole policy goes with every submit (0 / NO_RATE_LIMIT remove a
     # cap / limit), so a changed plan takes effect with the user's next job.
     accepted, released = sched.submit_and_release(
@@ -101,6 +109,68 @@ def enqueue(
     )
     publish(lane, released)
     return accepted
+
+
+def _payload(task_name: str, args: list, options: dict | None) -> str:
+    return json.dumps({"task": task_name, "args": args, "options": options or {}})
+
+
+def hand_back(
+    task_name: str,
+    args: list,
+    *,
+    task_id: str,
+    fair_key: str,
+    cost: float,
+    actual_cost: float = 0.0,
+    policy: KeyPolicy | None = None,
+    due: float | None = None,
+    options: dict | None = None,
+) -> None:
+    """Offer a job again at the front of its user's backlog (after `due`):
+    a retry, a job whose worker died, or one a stopping worker gave back.
+
+    In flight, it is requeued in place, its key paying `actual_cost` for the
+    attempt. Not in flight (the scheduler finished it, or Redis lost it) it is
+    submitted anew; if the scheduler still holds it, nothing needs doing.
+    """
+    lane = lane_for(task_name)
+    if not is_fair(lane):
+        app.send_task(task_name, args=args, task_id=task_id, countdown=max(0.0, (due or 0) - time.time()),
+                      **(options or {}))
+        return
+    sched = scheduler(lane)
+    payload = _payload(task_name, args, options)
+    if not sched.requeue(task_id, actual_cost=actual_cost, due=due, payload=payload):
+        enqueue(task_name, args, task_id=task_id, fair_key=fair_key, cost=cost, policy=policy, due=due,
+                options=options)
+        return
+    publish(lane, sched.release())
+
+
+def _draining_key(hostname: str) -> str:
+    return f"fairlane:draining:{hostname}"
+
+
+def set_draining(hostname: str, draining: bool) -> None:
+    """Mark a worker as stopping (SIGTERM) or back in service (worker start)."""
+    client = scheduler(Lane.CPU_TRANSCODE).client
+    if draining:
+        client.set(_draining_key(hostname), "1", ex=24 * 3600)
+    else:
+        client.delete(_draining_key(hostname))
+
+
+def is_draining(hostname: str) -> bool:
+    """Whether the worker `hostname` is stopping: its processes take no new job."""
+    return bool(scheduler(Lane.CPU_TRANSCODE).client.exists(_draining_key(hostname)))
+
+
+def finish(task_name: str, task_id: str) -> None:
+    """Tell the scheduler a job is done when its worker cannot (it died)."""
+    lane = lane_for(task_name)
+    if is_fair(lane):
+        publish(lane, scheduler(lane).finish(task_id))
 
 
 def publish(lane: Lane, released: list[tuple[str, str]]) -> None:
@@ -112,7 +182,8 @@ def publish(lane: Lane, released: list[tuple[str, str]]) -> None:
     """
     for task_id, payload in released:
         call = json.loads(payload)
-        app.send_task(call["task"], args=call["args"], task_id=task_id, headers={FAIR_HEADER: lane.value})
+        app.send_task(call["task"], args=call["args"], task_id=task_id, headers={FAIR_HEADER: lane.value},
+                      **call.get("options", {}))
 
 
 def release_all(now: float | None = None) -> int:

@@ -12,6 +12,15 @@
   (rebuild held state from the database), and start the ticker thread that
   reaps expired leases and releases delayed and throttled jobs.
 - worker_shutdown: unregister, so the window shrinks at once.
+- task_failure with WorkerLostError / TimeLimitExceeded (the prefork main
+  process, when a child died or was killed at its hard limit): hand the job
+  to its lost-handler (settings.FAIR_LOST_HANDLERS), or just free its slot.
+- worker_shutting_down (SIGTERM, in the main process): mark the worker as
+  draining (its children give back jobs they have not started), shrink the
+  window, wait up to FAIRLANE_SHUTDOWN_GRACE_S for running jobs, then ask
+  each one's interrupt-handler to hand it back (FAIR_INTERRUPT_HANDLERS).
+- A task that returns dispatch.HANDED_BACK has given its job back to the
+  scheduler (or the job is another delivery's): no finish is reported.
 
 Signals fire in the process that runs the task: a prefork child or a thread
 of the threads pool, hence the per-process state under a lock.
@@ -24,12 +33,15 @@ import threading
 import time
 from dataclasses import dataclass
 
+from billiard.exceptions import WorkerLostError
 from celery import signals
+from celery.exceptions import TimeLimitExceeded
 from django.conf import settings
+from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
 from project.celery import app
-from project.dispatch import publish, release_all, scheduler
+from project.dispatch import HANDED_BACK, publish, release_all, scheduler, set_draining
 from project.lanes import FAIR_LANES, Lane
 from project.routing import UnroutedTaskError, lane_for
 
@@ -50,6 +62,7 @@ _threads_started = threading.Event()
 _threads_lock = threading.Lock()
 _worker_lanes: list[tuple[str, Lane, int]] = []  # (worker name, lane, slots)
 _stop = threading.Event()
+_draining = threading.Event()  # SIGTERM received: no re-registration, no new jobs
 # Worker registrations expire unless renewed: a host that vanishes stops
 # counting toward the window within this many seconds.
 WORKER_TTL_S = 30.0
@@ -90,10 +103,10 @@ def _on_prerun(task_id: str, task, **kwargs) -> None:
 
 
 @signals.task_postrun.connect
-def _on_postrun(task_id: str, task, **kwargs) -> None:
+def _on_postrun(task_id: str, task, retval=None, **kwargs) -> None:
     with _running_lock:
         entry = _running.pop(task_id, None)
-    if entry is not None:
+    if entry is not None and retval != HANDED_BACK:
         # Off the task's critical path: the slot is free for the next message
         # (the headroom keeps one waiting) while the reporter tells the
         # scheduler and publishes what the freed slot releases.
@@ -154,6 +167,65 @@ def _lease_loop() -> None:
             log.exception("reporting starts/heartbeats failed")
 
 
+@signals.task_failure.connect
+def _on_task_failure(sender=None, task_id: str = "", exception: BaseException | None = None, **kwargs) -> None:
+    """A prefork child died running `task_id`, or was killed at its hard time
+    limit. Celery acknowledged the message (reject_on_worker_lost is off), so
+    this is the only place that knows the job needs a decision now rather
+    than when its lease runs out."""
+    if not isinstance(exception, (WorkerLostError, TimeLimitExceeded)) or sender is None:
+        return
+    lane = _fair_lane(sender.name)
+    if lane is None:
+        return
+    reason = "timeout" if isinstance(exception, TimeLimitExceeded) else "lost"
+    log.warning("task %s[%s]: worker child %s", sender.name, task_id, "timed out" if reason == "timeout" else "lost")
+    try:
+        handler = settings.FAIR_LOST_HANDLERS.get(sender.name)
+        if handler:
+            import_string(handler)(job_id=task_id, reason=reason)
+        else:
+            publish(lane, scheduler(lane).finish(task_id))
+    except Exception:  # the lease sweep is the safety net
+        log.exception("could not handle the loss of %s", task_id)
+
+
+@signals.worker_shutting_down.connect
+def _on_shutting_down(**kwargs) -> None:
+    # Runs inside the main process's signal handler: the interrupted thread
+    # may hold a connection pool's lock, so all I/O happens in a thread.
+    if _worker_lanes and not _draining.is_set():
+        _draining.set()
+        threading.Thread(target=_drain, name="fair-drain", daemon=True).start()
+
+
+def _drain() -> None:
+    """The graceful half of a shutdown: no new jobs, a grace period for the
+    running ones, then hand back whatever still runs."""
+    from celery.worker import state  # the main process's view of its requests
+
+    for name, lane, _ in _worker_lanes:
+        try:
+            set_draining(name, True)
+            scheduler(lane).unregister_worker(name)
+        except Exception:
+            log.exception("could not mark %s as draining", name)
+    deadline = time.monotonic() + settings.FAIRLANE_SHUTDOWN_GRACE_S
+    while time.monotonic() < deadline and _interruptible(state.active_requests):
+        time.sleep(0.2)
+    for request in _interruptible(state.active_requests):
+        try:
+            if import_string(settings.FAIR_INTERRUPT_HANDLERS[request.name])(job_id=request.id):
+                log.warning("grace period over: job %s handed back", request.id)
+        except Exception:
+            log.exception("could not hand back %s", request.id)
+    close_old_connections()
+
+
+def _interruptible(requests) -> list:
+    return [r for r in list(requests) if r.name in settings.FAIR_INTERRUPT_HANDLERS]
+
+
 def reconcile() -> None:
     """Rebuild held state from the database (settings.FAIR_RECONCILERS)."""
     for path in settings.FAIR_RECONCILERS:
@@ -163,6 +235,16 @@ def reconcile() -> None:
                 log.warning("reconciler %s re-submitted %d job(s) the dispatcher had lost", path, count)
         except Exception:
             log.exception("reconciler %s failed", path)
+    close_old_connections()
+
+
+def _reconcile_if_due(hostname: str) -> None:
+    """One worker in the cluster reconciles per FAIR_RECONCILE_S: the lock
+    expires with the interval, so whoever comes next takes the turn."""
+    lock = scheduler(_worker_lanes[0][1]).client.set(
+        "fairlane:reconcile-lock", hostname, nx=True, ex=max(1, int(settings.FAIR_RECONCILE_S)))
+    if lock:
+        reconcile()
 
 
 def _register_workers() -> None:
@@ -174,13 +256,16 @@ def _ticker_loop() -> None:
     """Reap and release on a timer, as a safety net beside the event-driven
     releases (submit, finish). Sleeps until the scheduler's next due time,
     at most FAIR_TICK_S; renews this worker's registration."""
-    last_register = 0.0
+    last_register = last_reconcile = 0.0
     while not _stop.is_set():
         try:
             now = time.time()
-            if now - last_register > WORKER_TTL_S / 3:
+            if now - last_register > WORKER_TTL_S / 3 and not _draining.is_set():
                 _register_workers()
                 last_register = now
+            if now - last_reconcile >= settings.FAIR_RECONCILE_S:
+                last_reconcile = now
+                _reconcile_if_due(_worker_lanes[0][0])
             release_all(now)
             due = [scheduler(lane).next_wakeup(now) for _, lane, _ in _worker_lanes]
             due = [d for d in due if d is not None]
@@ -202,6 +287,8 @@ def _on_worker_ready(sender, **kwargs) -> None:
             _worker_lanes.append((sender.hostname, lane, int(controller.concurrency)))
     if not _worker_lanes:
         return
+    for name, _, _ in _worker_lanes:
+        set_draining(name, False)  # the same name may have stopped before
     _register_workers()
     reconcile()
     release_all()

@@ -67,6 +67,15 @@ def observe_job(*, lane: str, kind: str, outcome: str, wait_s: float | None, pro
         pass
 
 
+def count_event(*, lane: str, event: str) -> None:
+    """Count a reliability event (a duplicate delivery dropped, a retry, a
+    lost worker, an interrupted attempt). Never raises."""
+    try:
+        _client().hincrby(KEY.format(name="events"), f"{lane}|{event}", 1)
+    except redis.RedisError:
+        pass
+
+
 def _histograms(client: redis.Redis):
     for name, (metric, doc) in HISTOGRAMS.items():
         family = HistogramMetricFamily(metric, doc, labels=["lane", "kind"])
@@ -89,6 +98,11 @@ def _counters(client: redis.Redis):
     for field, value in sorted(client.hgetall(KEY.format(name="jobs")).items()):
         family.add_metric(field.decode().split("|"), float(value))
     yield family
+    events = CounterMetricFamily("fairlane_attempt_events", "Attempts that did not end normally: duplicate "
+                                 "deliveries dropped, retries, lost workers, interruptions.", labels=["lane", "event"])
+    for field, value in sorted(client.hgetall(KEY.format(name="events")).items()):
+        events.add_metric(field.decode().split("|"), float(value))
+    yield events
 
 
 def _gauges(now: float):

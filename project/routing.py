@@ -16,7 +16,9 @@ from project.lanes import Lane
 # rename cannot orphan queued messages.
 TASK_LANES: dict[str, Lane] = {
     "transcoding.job_run": Lane.CPU_TRANSCODE,
-    "uploads.notify_job_finished": Lane.IO_NOTIFY,
+    "exports.job_run": Lane.CPU_TRANSCODE,
+    "notify.job_finished": Lane.IO_NOTIFY,
+    "notify.deliver": Lane.IO_NOTIFY,
     "project.fair_reconcile": Lane.IO_NOTIFY,
     # Celery's own periodic cleanup of django-celery-results rows.
     "celery.backend_cleanup": Lane.IO_NOTIFY,

@@ -48,6 +48,8 @@ INSTALLED_APPS = [
     "django_celery_results",
     "uploads",
     "transcoding",
+    "exports",
+    "notify",
 ]
 
 MIDDLEWARE = [
@@ -144,11 +146,18 @@ CELERY_TASK_ROUTES = ("project.routing.route_task",)
 # to be redelivered, and with prefetch 1 a busy worker holds no extra messages
 # that a newcomer's job would wait behind (fairness depends on this).
 CELERY_TASK_ACKS_LATE = True
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# Off on purpose: with it on, a file that kills its worker child is requeued
+# by Celery forever. Instead the parent acknowledges and tells the job's
+# lost-handler (project/fair_worker.py), which counts the attempt in the
+# database and requeues with a backoff or fails after FAIRLANE_MAX_ATTEMPTS.
+# https://docs.celeryq.dev/en/stable/userguide/configuration.html#task-reject-on-worker-lost
+CELERY_TASK_REJECT_ON_WORKER_LOST = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Redis redelivers unacknowledged messages after this. It must exceed the
-# longest allowed job or long jobs run twice; the fair dispatcher's lease
-# (seconds, renewed by heartbeat) is what detects lost jobs quickly.
+# longest allowed job (FAIRLANE_TIME_LIMIT_MAX_S plus the queue wait) or long
+# jobs would be delivered twice; detecting lost jobs is the job lease's work
+# (FAIRLANE_JOB_LEASE_S, seconds), never this timeout's. A redelivery after it
+# finds the job finished and is dropped.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", str(6 * 3600))),
 }
@@ -186,10 +195,29 @@ FAIR_LANES = {
 # The workers' ticker reaps expired leases and releases delayed and throttled
 # jobs at most this often (and sooner when the scheduler says something is due).
 FAIR_TICK_S = float(os.environ.get("FAIR_TICK_S", "1.0"))
-# Called at worker start and by beat: each re-submits the unfinished jobs its
-# app's database rows say exist but the dispatcher does not know (Redis lost
-# them, or a process died between commit and submit). Returns a count.
-FAIR_RECONCILERS = ["uploads.services.jobs_reconcile"]
+# Called at worker start, every FAIR_RECONCILE_S by one worker's ticker (a
+# Redis lock takes turns), and by beat: each repairs what the database says
+# against what the dispatcher holds. jobs_reconcile re-submits queued jobs
+# the dispatcher does not know (Redis lost them, or a process died between
+# commit and submit: the database row is the outbox) once they are older
+# than FAIR_RECONCILE_MIN_AGE_S; jobs_recover_expired offers again the jobs
+# whose worker stopped renewing its lease. Each returns a count.
+FAIR_RECONCILERS = ["uploads.services.jobs_reconcile", "uploads.attempts.jobs_recover_expired"]
+FAIR_RECONCILE_S = float(os.environ.get("FAIR_RECONCILE_S", "5"))
+FAIR_RECONCILE_MIN_AGE_S = float(os.environ.get("FAIR_RECONCILE_MIN_AGE_S", "2"))
+# Per task: called in the prefork main process when a child died running it
+# or was killed at its hard time limit (job_id=, reason="lost"|"timeout").
+# Tasks not listed just free their slot.
+FAIR_LOST_HANDLERS = {
+    "transcoding.job_run": "uploads.attempts.job_worker_lost",
+    "exports.job_run": "uploads.attempts.job_worker_lost",
+}
+# Per task: called when a stopping worker's grace period is over, for each
+# job still running (job_id=); hands it back to the front of its backlog.
+FAIR_INTERRUPT_HANDLERS = {
+    "transcoding.job_run": "uploads.attempts.job_interrupt",
+    "exports.job_run": "uploads.attempts.job_interrupt",
+}
 # Per lane, who used the workers lately: a function returning {key: {share,
 # wait_p50_ms, wait_p99_ms}} over the last FAIR_USAGE_MINUTES (staff page).
 FAIR_USAGE_PROVIDERS = {"cpu-transcode": "uploads.selectors.transcode_usage_by_user"}
@@ -227,6 +255,41 @@ FAIRLANE_MAX_PIXELS = int(os.environ.get("FAIRLANE_MAX_PIXELS", str(8192 * 8192)
 FAIRLANE_FFMPEG_THREADS = int(os.environ.get("FAIRLANE_FFMPEG_THREADS", "1"))
 # Signed output links stay valid this long.
 FAIRLANE_URL_MAX_AGE_S = int(os.environ.get("FAIRLANE_URL_MAX_AGE_S", str(3600)))
+
+# --- Reliability (uploads/attempts.py, README "Reliability") --------------------------
+# A running attempt's lease in the database, renewed every third of it. A
+# worker that dies or stalls is noticed within this plus FAIR_RECONCILE_S.
+FAIRLANE_JOB_LEASE_S = float(os.environ.get("FAIRLANE_JOB_LEASE_S", "15"))
+# Attempts that ended in a transient error or a lost worker, after which the
+# job fails with the last error (a file that kills its worker: resource_limit).
+FAIRLANE_MAX_ATTEMPTS = int(os.environ.get("FAIRLANE_MAX_ATTEMPTS", "3"))
+# Retry backoff: base * 2^(n-1), capped, half of it random (jitter).
+FAIRLANE_RETRY_BASE_DELAY_S = float(os.environ.get("FAIRLANE_RETRY_BASE_DELAY_S", "2"))
+FAIRLANE_RETRY_MAX_DELAY_S = float(os.environ.get("FAIRLANE_RETRY_MAX_DELAY_S", "300"))
+# Celery time limits per attempt: base + per_cost x the job's estimated
+# worker seconds, at most max; the hard limit comes this much later. The
+# ffmpeg watchdog (transcoding/ffmpeg.py) also limits each run by the media
+# duration the probe found.
+FAIRLANE_TIME_LIMIT_BASE_S = float(os.environ.get("FAIRLANE_TIME_LIMIT_BASE_S", "120"))
+FAIRLANE_TIME_LIMIT_PER_COST_S = float(os.environ.get("FAIRLANE_TIME_LIMIT_PER_COST_S", "8"))
+FAIRLANE_TIME_LIMIT_MAX_S = float(os.environ.get("FAIRLANE_TIME_LIMIT_MAX_S", str(4 * 3600)))
+FAIRLANE_TIME_LIMIT_HARD_EXTRA_S = float(os.environ.get("FAIRLANE_TIME_LIMIT_HARD_EXTRA_S", "60"))
+# On SIGTERM a worker takes no new job, lets running ones finish for this
+# long, then hands them back. Give the process manager's stop timeout at
+# least this plus 15 s (Procfile, README "Deploying").
+FAIRLANE_SHUTDOWN_GRACE_S = float(os.environ.get("FAIRLANE_SHUTDOWN_GRACE_S", "30"))
+# Fault injection for the reliability suite only (tests/chaos): an upload
+# that starts with FAULT_POISON_MARKER kills its worker process. Refused in
+# production.
+FAIRLANE_FAULT_INJECTION = env_bool("FAIRLANE_FAULT_INJECTION", False)
+# ... and the first attempt of an export kills its process after this chunk.
+FAIRLANE_FAULT_EXPORT_CRASH_AFTER_CHUNK = int(os.environ.get("FAIRLANE_FAULT_EXPORT_CRASH_AFTER_CHUNK", "0"))
+# ... and the web process dies after committing an upload, before enqueueing it.
+FAIRLANE_FAULT_KILL_WEB_AFTER_COMMIT = env_bool("FAIRLANE_FAULT_KILL_WEB_AFTER_COMMIT", False)
+# Batch exports (exports/services.py) checkpoint after every this many files.
+FAIRLANE_EXPORT_CHUNK_FILES = int(os.environ.get("FAIRLANE_EXPORT_CHUNK_FILES", "50"))
+if PRODUCTION and FAIRLANE_FAULT_INJECTION:
+    raise ImproperlyConfigured("FAIRLANE_FAULT_INJECTION must not be set when FAIRLANE_ENV=production")
 
 # --- Operations ------------------------------------------------------------------------
 # /metrics answers only with `Authorization: Bearer <METRICS_TOKEN>`; unset, it is off.
@@ -267,3 +330,44 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+
+# --- io-notify: email, webhooks (issue 6) ---
+# Which events each channel sends when a user has not chosen (notify/events.py):
+# email gets one summary per upload batch, not one message per file.
+NOTIFY_DEFAULT_EVENTS = {
+    "email": env_list("NOTIFY_EMAIL_DEFAULT_EVENTS", "batch.completed"),
+    "webhook": env_list("NOTIFY_WEBHOOK_DEFAULT_EVENTS", "job.succeeded,job.failed,batch.completed"),
+}
+# Loopback webhook URLs are for tests and local receivers only: production
+# refuses to start with them allowed (an SSRF hole otherwise).
+NOTIFY_WEBHOOK_ALLOW_LOOPBACK = env_bool("FAIRLANE_WEBHOOK_ALLOW_LOOPBACK", False)
+if PRODUCTION and NOTIFY_WEBHOOK_ALLOW_LOOPBACK:
+    raise ImproperlyConfigured("FAIRLANE_WEBHOOK_ALLOW_LOOPBACK=1 is refused when FAIRLANE_ENV=production")
+# Ports a webhook URL may name (an allowed loopback receiver may use any).
+NOTIFY_WEBHOOK_ALLOWED_PORTS = [int(p) for p in env_list("NOTIFY_WEBHOOK_ALLOWED_PORTS", "80,443,8080,8443")]
+# Short: a slow receiver must not hold an io thread; 3 s connect covers a
+# cross-continent TLS handshake, 10 s read a receiver that does work inline.
+NOTIFY_WEBHOOK_CONNECT_TIMEOUT_S = float(os.environ.get("NOTIFY_WEBHOOK_CONNECT_TIMEOUT_S", "3"))
+NOTIFY_WEBHOOK_READ_TIMEOUT_S = float(os.environ.get("NOTIFY_WEBHOOK_READ_TIMEOUT_S", "10"))
+# Only this much of a response is read and stored (enough for an error message).
+NOTIFY_WEBHOOK_RESPONSE_PREFIX_BYTES = int(os.environ.get("NOTIFY_WEBHOOK_RESPONSE_PREFIX_BYTES", "512"))
+# Retries: delay = base x 2^(attempt-1) +-20% jitter, at most RETRY_MAX_S.
+# 10 attempts from 30 s span about 4 h 15 min before a delivery is given up.
+NOTIFY_MAX_ATTEMPTS = int(os.environ.get("NOTIFY_MAX_ATTEMPTS", "10"))
+NOTIFY_RETRY_BASE_S = float(os.environ.get("NOTIFY_RETRY_BASE_S", "30"))
+NOTIFY_RETRY_MAX_S = float(os.environ.get("NOTIFY_RETRY_MAX_S", str(6 * 3600)))
+# An endpoint is disabled (and its owner emailed) after this many failed
+# attempts in a row spanning at least DISABLE_AFTER_S: a receiver that is down
+# for a deploy recovers, one that is gone for a day stops costing retries.
+NOTIFY_WEBHOOK_DISABLE_AFTER_FAILURES = int(os.environ.get("NOTIFY_WEBHOOK_DISABLE_AFTER_FAILURES", "30"))
+NOTIFY_WEBHOOK_DISABLE_AFTER_S = float(os.environ.get("NOTIFY_WEBHOOK_DISABLE_AFTER_S", str(24 * 3600)))
+# Per-endpoint rate limit (token bucket in Redis, shared by every worker);
+# an endpoint's own rate in the admin overrides it.
+NOTIFY_WEBHOOK_RATE_PER_S = float(os.environ.get("NOTIFY_WEBHOOK_RATE_PER_S", "10"))
+NOTIFY_WEBHOOK_BURST = int(os.environ.get("NOTIFY_WEBHOOK_BURST", "10"))
+# A delivery claimed by a worker that died is offered again after this.
+NOTIFY_SENDING_LEASE_S = float(os.environ.get("NOTIFY_SENDING_LEASE_S", "120"))
+# Batch summaries list at most this many files (the counts cover all).
+NOTIFY_BATCH_LIST_MAX = int(os.environ.get("NOTIFY_BATCH_LIST_MAX", "100"))
+# Deliveries whose task the dispatcher lost are re-submitted with the jobs'.
+FAIR_RECONCILERS = [*FAIR_RECONCILERS, "notify.services.deliveries_reconcile"]

@@ -13,5 +13,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("exports.urls")),
+    path("", include("notify.urls")),
     path("", include("uploads.urls")),
 ]

@@ -2,7 +2,12 @@
 and a real probe (PyAV, ffmpeg) to check what the pipelines made."""
 from __future__ import annotations
 
+import errno
+import os
+import socket
+import struct
 import subprocess
+import threading
 from pathlib import Path
 
 import av
@@ -102,6 +107,27 @@ def hls_variants(master: Path) -> list[dict]:
     return variants
 
 
+def web_ready(out: dict) -> tuple[dict, list[dict]]:
+    """Check what every video pipeline output must be, whatever the source:
+    an H.264 yuv420p MP4 with even dimensions, a poster of its size, and an
+    HLS ladder whose playlists parse and whose every segment decodes as
+    H.264 yuv420p at an even size. Returns the MP4's facts and the variants."""
+    facts = video_facts(out["mp4"][0])
+    assert (facts["video_codec"], facts["pix_fmt"]) == ("h264", "yuv420p")
+    assert all(side % 2 == 0 for side in facts["display"]), facts["display"]
+    from PIL import Image
+
+    with Image.open(out["poster"][0]) as poster:
+        assert poster.size == facts["display"]
+    variants = hls_variants(out["hls"][0])
+    for variant in variants:
+        width, height = (int(v) for v in variant["RESOLUTION"].split("x"))
+        segment = video_facts(variant["segments"][0])
+        assert width % 2 == 0 and height % 2 == 0 and segment["display"] == (width, height)
+        assert (segment["video_codec"], segment["pix_fmt"]) == ("h264", "yuv420p")
+    return facts, variants
+
+
 def _split_attrs(text: str) -> list[str]:
     """Split on commas outside quotes (CODECS="avc1...,mp4a...")."""
     parts, current, quoted = [], "", False
@@ -149,3 +175,153 @@ def icc_rgb_profile(primaries=SRGB_PRIMARIES_D50, gamma: float = 2.2) -> bytes:
               + b"acsp" + b"\0" * 24 + struct.pack(">I", 0) + b"".join(s15(c) for c in _D50))
     header += b"\0" * (128 - len(header))
     return header + table + data
+
+
+class Tripwire:
+    """Bait for a file that tries to make ffmpeg read something else: a FIFO
+    on disk and a listening TCP socket, each recording whether anything ever
+    opened it.
+
+    A FIFO rather than a plain file because opening one for reading blocks
+    until a writer comes: a poller that keeps trying to open it for writing
+    is therefore certain to see every reader (atime is not: relatime and
+    noatime mounts skip it). Whoever opens either gets MARKER, so outputs can
+    also be searched for it.
+    """
+
+    MARKER = b"FAIRLANE-TRIPWIRE-7f3a"
+
+    def __init__(self, directory: Path):
+        self.path = directory / "sentinel.ts"
+        os.mkfifo(self.path)
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(0.05)
+        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}/sentinel.ts"
+        self.touched: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._watch_fifo, daemon=True),
+                         threading.Thread(target=self._watch_socket, daemon=True)]
+
+    def __enter__(self) -> Tripwire:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        self._server.close()
+
+    def _watch_fifo(self) -> None:
+        while not self._stop.wait(0.005):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:  # ENXIO: nobody has it open for reading
+                if exc.errno == errno.ENXIO:
+                    continue
+                raise
+            self.touched.append(f"file {self.path}")
+            try:
+                os.write(fd, self.MARKER)
+            except BlockingIOError:
+                pass
+            os.close(fd)
+
+    def _watch_socket(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            self.touched.append(f"connection to {self.url}")
+            with conn:
+                conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + self.MARKER)
+
+
+def bait_playlist(tripwire: Tripwire) -> str:
+    """An HLS playlist whose segments are the tripwire's file and URL."""
+    return (f"#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1,\nfile:{tripwire.path}\n#EXTINF:1,\n{tripwire.path}\n"
+            f"#EXTINF:1,\n{tripwire.url}\n#EXT-X-ENDLIST\n")
+
+
+# QuickTime boxes that hold the boxes on the way from the movie to a track's data references.
+_DREF_PATH = (b"moov", b"trak", b"mdia", b"minf", b"dinf")
+
+
+def with_external_track(src: Path, dst: Path, target: Path) -> Path:
+    """A copy of an MP4/MOV whose tracks say their samples are in `target`:
+    each data reference becomes a Mac alias record (what Final Cut and
+    QuickTime write for reference movies) naming it, with the levels set so
+    that a demuxer allowed to follow it looks next to the file itself.
+    `src` must have its moov after mdat (ffmpeg's default), so that growing
+    moov moves no sample."""
+    name = target.name.encode()
+    record = (b"\0" * 10 + bytes([0]) + b"\0" * 27 + b"\0" * 12 + bytes([len(name)]) + name.ljust(63, b"\0")
+              + b"\0" * 16 + struct.pack(">HH", 1, 1) + b"\0" * 16)
+    path = str(target).encode()
+    path += b"\0" * (len(path) % 2)
+    record += struct.pack(">hH", 2, len(path)) + path + struct.pack(">hH", -1, 0)
+    alias = struct.pack(">I", 12 + len(record)) + b"alis" + b"\0\0\0\0" + record  # flags 0: not in this file
+    dref = b"\0\0\0\0" + struct.pack(">I", 1) + alias
+
+    def rewrite(data: bytes, depth: int) -> bytes:
+        out, offset = b"", 0
+        while offset < len(data):
+            size, kind = struct.unpack(">I4s", data[offset:offset + 8])
+            body = data[offset + 8:offset + size]
+            if kind == b"dref":
+                body = dref
+            elif depth < len(_DREF_PATH) and kind == _DREF_PATH[depth]:
+                body = rewrite(body, depth + 1)
+            out += struct.pack(">I", 8 + len(body)) + kind + body
+            offset += size
+        return out
+
+    dst.write_bytes(rewrite(src.read_bytes(), 0))
+    return dst
+
+
+def _chunk(fourcc: bytes, body: bytes) -> bytes:
+    return fourcc + struct.pack("<I", len(body)) + body + b"\0" * (len(body) % 2)
+
+
+def _riff_list(kind: bytes, *chunks: bytes) -> bytes:
+    return _chunk(b"LIST", kind + b"".join(chunks))
+
+
+def avi_with_gab2_subtitle(dst: Path, payload: str, *, frames: int = 10, size: tuple[int, int] = (96, 64)) -> Path:
+    """An MJPEG AVI (frames from Pillow, 10 per second) with a GAB2 subtitle
+    stream: a whole subtitle file inside one packet, which libavformat's AVI
+    demuxer probes and opens with a nested demuxer. The classic exploit put
+    an HLS playlist there (ffmpeg before 3.3 followed it)."""
+    import io
+
+    from PIL import Image
+
+    jpegs = []
+    for i in range(frames):
+        buf = io.BytesIO()
+        Image.new("RGB", size, (25 * i % 256, 80, 160)).save(buf, "JPEG")
+        jpegs.append(buf.getvalue())
+    text = payload.encode()
+    title = "English".encode("utf-16-le") + b"\0\0"
+    gab2 = b"GAB2\0" + struct.pack("<H", 2) + struct.pack("<I", len(title)) + title + struct.pack("<HI", 4, len(text)) + text
+    width, height = size
+    avih = struct.pack("<10I4I", 100_000, 0, 0, 0x10, frames, 0, 2, 0, width, height, 0, 0, 0, 0)
+    vids = struct.pack("<4s4sIHHIIIIIIIIhhhh", b"vids", b"MJPG", 0, 0, 0, 0, 1, 10, 0, frames, 0, 0xFFFFFFFF, 0,
+                       0, 0, width, height)
+    bitmap = struct.pack("<IiiHH4sIiiII", 40, width, height, 1, 24, b"MJPG", width * height * 3, 0, 0, 0, 0)
+    txts = struct.pack("<4s4sIHHIIIIIIIIhhhh", b"txts", b"\0\0\0\0", 0, 0, 0, 0, 1, 10, 0, 1, 0, 0xFFFFFFFF, 0,
+                       0, 0, 0, 0)
+    hdrl = _riff_list(b"hdrl", _chunk(b"avih", avih), _riff_list(b"strl", _chunk(b"strh", vids), _chunk(b"strf", bitmap)),
+                      _riff_list(b"strl", _chunk(b"strh", txts), _chunk(b"strf", b"")))
+    packets = [(b"01tx", gab2)] + [(b"00dc", jpeg) for jpeg in jpegs]
+    movi, index, offset = b"", b"", 4  # idx1 offsets count from the 'movi' list type
+    for fourcc, body in packets:
+        index += struct.pack("<4sIII", fourcc, 0x10, offset, len(body))
+        movi += _chunk(fourcc, body)
+        offset = 4 + len(movi)
+    riff = b"AVI " + hdrl + _riff_list(b"movi", movi) + _chunk(b"idx1", index)
+    dst.write_bytes(b"RIFF" + struct.pack("<I", len(riff)) + riff)
+    return dst

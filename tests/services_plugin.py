@@ -29,11 +29,36 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     # worker processes the tests start (they inherit the environment).
     os.environ["FAIRLANE_VAR_DIR"] = tempfile.mkdtemp(prefix="fairlane-test-var-")
     os.environ.setdefault("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
+    # Webhook tests deliver to a receiver on 127.0.0.1 (never allowed in production).
+    os.environ.setdefault("FAIRLANE_WEBHOOK_ALLOW_LOOPBACK", "1")
     if os.environ.get("REDIS_URL"):
         return
     from project import embedded_redis
 
+    # The fault-injection suite restarts this Redis: it then persists (AOF,
+    # as `make run` and production do) so that the restart is a real one.
+    persist = os.environ.get("FAIRLANE_TEST_REDIS_PERSIST") == "1"
+    data_dir = Path(tempfile.mkdtemp(prefix="fairlane-redis-"))
     port = _free_port()
-    proc = embedded_redis.spawn(Path(tempfile.mkdtemp(prefix="fairlane-redis-")), port, persist=False)
+    EMBEDDED_REDIS.update(proc=embedded_redis.spawn(data_dir, port, persist=persist), data_dir=data_dir, port=port,
+                          persist=persist)
     os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
-    atexit.register(proc.kill)
+    atexit.register(lambda: EMBEDDED_REDIS["proc"].kill())
+
+
+# The embedded Redis of this run, if one was started: {proc, data_dir, port, persist}.
+EMBEDDED_REDIS: dict = {}
+
+
+def embedded_redis_restart(*, down_for_s: float = 0.0) -> None:
+    """Kill the run's embedded Redis (SIGKILL: a crash, not a polite
+    shutdown) and start it again on the same port and data."""
+    import time
+
+    from project import embedded_redis
+
+    EMBEDDED_REDIS["proc"].kill()
+    EMBEDDED_REDIS["proc"].wait()
+    time.sleep(down_for_s)
+    EMBEDDED_REDIS["proc"] = embedded_redis.spawn(EMBEDDED_REDIS["data_dir"], EMBEDDED_REDIS["port"],
+                                                  persist=EMBEDDED_REDIS["persist"])

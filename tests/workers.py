@@ -3,18 +3,14 @@ the Procfile starts them, against the test database and Redis."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 
-from project.celery import app
-
-BIN = Path(sys.executable).parent
+from bench.harness import Worker
 
 
 def test_database_url() -> str:
@@ -29,46 +25,47 @@ def test_database_url() -> str:
 class Workers:
     """Both lanes' workers; `stop()` shuts them down (warm, then cold)."""
 
-    def __init__(self, log_dir: Path, *, cpu_concurrency: int = 2, io_concurrency: int = 8):
-        self.log_dir = log_dir
-        self.procs: dict[str, subprocess.Popen] = {}
-        env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1", "LOG_FORMAT": "json"}
-        lanes = {
-            "cpu": ["-Q", "cpu-transcode", "-P", "prefork", "-c", str(cpu_concurrency)],
-            "io": ["-Q", "io-notify", "-P", "threads", "-c", str(io_concurrency)],
+    def __init__(self, log_dir: Path, *, cpu_concurrency: int = 2, io_concurrency: int = 8, env: dict | None = None):
+        env = {"DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1", "LOG_FORMAT": "json", **(env or {})}
+        self.procs: dict[str, Worker] = {
+            "cpu": Worker("cpu-transcode", pool="prefork", concurrency=cpu_concurrency, name="cpu", log_dir=log_dir,
+                          suffix="test", loglevel="INFO", env=env, extra_args=()),
+            "io": Worker("io-notify", pool="threads", concurrency=io_concurrency, name="io", log_dir=log_dir,
+                         suffix="test", loglevel="INFO", env=env, extra_args=()),
         }
-        for name, args in lanes.items():
-            log = open(log_dir / f"worker-{name}.log", "wb")
-            self.procs[name] = subprocess.Popen(
-                [str(BIN / "celery"), "-A", "project", "worker", "-n", f"{name}@test-{os.getpid()}", *args,
-                 "--include", "bench.tasks",
-                 "-l", "INFO", "--without-mingle", "--without-gossip"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        self.names = {f"{name}@test-{os.getpid()}" for name in lanes}
+        self.names = {w.name for w in self.procs.values()}
+        RUNNING.append(self)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for name, proc in self.procs.items():
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{name} worker exited: {self.log_tail(name)}")
-            replies = app.control.ping(timeout=0.5) or []
-            if self.names <= {n for reply in replies for n in reply}:
-                return
-        raise RuntimeError("workers did not answer ping in time:\n" + "\n".join(self.log_tail(n) for n in self.procs))
+        for worker in self.procs.values():
+            worker.wait_ready(timeout)
 
     def log_tail(self, name: str, lines: int = 40) -> str:
-        text = (self.log_dir / f"worker-{name}.log").read_text(errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
+        return self.procs[name].log_tail(lines)
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        RUNNING.remove(self)
+        for worker in self.procs.values():
+            worker.stop()
+
+
+# The session's worker pools that are up (at most one: the `workers` fixture).
+RUNNING: list[Workers] = []
+
+
+@contextmanager
+def lane_paused(lane: str) -> Iterator[None]:
+    """No running worker consumes `lane` inside the block: for tests that
+    play the worker themselves (call the task's service) while the session's
+    real workers are up, and must not race them for the same message."""
+    from project.celery import app
+
+    names = [w.name for pool in RUNNING for w in pool.procs.values() if w.lane == lane]
+    if names:
+        replies = app.control.cancel_consumer(lane, destination=names, reply=True, timeout=5)
+        assert len(replies) == len(names), f"workers did not stop consuming {lane}: {replies}"
+    try:
+        yield
+    finally:
+        if names:
+            app.control.add_consumer(lane, destination=names, reply=True, timeout=5)

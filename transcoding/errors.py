@@ -2,9 +2,8 @@
 they fail the job at once with a code the user can act on, never retry."""
 from __future__ import annotations
 
+from uploads.errors import JobError
 
-class MediaError(Exception):
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
+
+class MediaError(JobError):
+    """Bad media: the job fails at once with this code and message."""

@@ -2,8 +2,12 @@
 
 - Arguments are a list (no shell); the input demuxer is forced to the one
   the probe accepted, only allowed demuxers may run at all (a nested input
-  inherits the list) and only the `file` protocol is allowed, so a file
-  cannot make ffmpeg open the network or another file.
+  inherits the list), only the `file` protocol is allowed and the demuxer
+  options that follow references (mov's data references) are pinned off,
+  so a file cannot make ffmpeg open the network or another file.
+- Every output maps its streams explicitly (subtitles, attachments and data
+  tracks are never mapped) and copies no metadata or chapters from the
+  source: camera positions and whatever text a file carries stay behind.
 - ffmpeg runs in its own session (process group) with CPU-time and
   address-space limits; on timeout or cancel the whole group is killed.
 - Progress comes from `-progress pipe:1` (key=value lines about twice a
@@ -24,7 +28,7 @@ from pathlib import Path
 import imageio_ffmpeg
 
 from transcoding.errors import MediaError
-from transcoding.probe import open_options
+from transcoding.probe import DEMUXER_OPTIONS, open_options
 
 FFMPEG = imageio_ffmpeg.get_ffmpeg_exe()
 # x264 at 1080p needs a few hundred MB; 4 GiB of address space leaves room and
@@ -56,13 +60,19 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+# After each output file's name-less options: nothing of the source's
+# global or stream metadata, nor its chapters, goes into an output.
+NO_METADATA = ["-map_metadata", "-1", "-map_chapters", "-1"]
+
+
 def input_args(src: Path, container: str) -> list[str]:
-    """The demuxer the probe accepted, forced; only local-file access, and no
-    other demuxer even for what the input opens itself (nested inputs inherit
-    both lists)."""
+    """The demuxer the probe accepted, forced, with its reference-following
+    options off; only local-file access, and no other demuxer even for what
+    the input opens itself (nested inputs inherit both lists)."""
     options = open_options()
+    pinned = [arg for key, value in DEMUXER_OPTIONS.get(container, {}).items() for arg in (f"-{key}", value)]
     return ["-protocol_whitelist", options["protocol_whitelist"], "-format_whitelist", options["format_whitelist"],
-            "-f", container, "-i", str(src)]
+            *pinned, "-f", container, "-i", str(src)]
 
 
 def run(
@@ -103,7 +113,7 @@ def run(
                 if on_progress and line.startswith("out_time_us=") and line[12:].isdigit() and duration_s > 0:
                     now = time.monotonic()
                     pct = min(99, int(100 * int(line[12:]) / 1e6 / duration_s))
-                    if now - last_report >= PROGRESS_INTERVAL_S and pct > last_pct:
+                    if now - last_report >= PROGRESS_INTERVAL_S and pct >= last_pct:  # also the stop check: every second
                         last_report, last_pct = now, pct
                         on_progress(pct)
             proc.wait()

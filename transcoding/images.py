@@ -36,15 +36,30 @@ def image(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> li
     if probe.animated:
         return _animation(src, workdir, probe, on_progress)
     try:
-        with Image.open(src) as img:
-            if img.format == "JPEG":
-                img.draft(img.mode, (VARIANTS[0][1], VARIANTS[0][1]))  # decode at 1/2, 1/4, 1/8 when enough
-            icc = img.info.get("icc_profile")
-            upright = ImageOps.exif_transpose(img)
-            rgb = to_srgb(upright, icc)
+        img = Image.open(src)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise MediaError("decode_failed", f"The image could not be opened: {exc}") from exc
+    # The variants are made before the file is closed: the decoded pixels may
+    # be `img`'s own (no copy), and closing an image drops them.
+    with img:
+        return _variants(_upright_srgb(img), workdir)
+
+
+def _upright_srgb(img: Image.Image) -> Image.Image:
+    """Decode once, turned upright, in 8-bit sRGB. Copies only when a step
+    changes the pixels: a 48 MP scan is 190 MB per copy."""
+    try:
+        if img.format == "JPEG":
+            img.draft(img.mode, (VARIANTS[0][1], VARIANTS[0][1]))  # decode at 1/2, 1/4, 1/8 when enough
+        icc = img.info.get("icc_profile")
+        ImageOps.exif_transpose(img, in_place=True)
+        return to_srgb(img, icc)
     except (OSError, SyntaxError, ValueError) as exc:
         code = "truncated" if "truncated" in str(exc) else "decode_failed"
         raise MediaError(code, f"The image could not be decoded: {exc}") from exc
+
+
+def _variants(rgb: Image.Image, workdir: Path) -> list[Produced]:
     produced = []
     variant = rgb
     for name, edge in VARIANTS:
@@ -97,7 +112,7 @@ def to_srgb(img: Image.Image, icc: bytes | None) -> Image.Image:
                 converted = ImageCms.profileToProfile(source, profile, _SRGB, outputMode=out_mode,
                                                       renderingIntent=ImageCms.Intent.PERCEPTUAL)
                 return converted if converted.mode == target else converted.convert(target)
-    return img.convert(target)
+    return img if img.mode == target else img.convert(target)  # convert() to the same mode copies
 
 
 def _flatten(img: Image.Image) -> Image.Image:
@@ -116,7 +131,8 @@ def _animation(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) 
     graph = f"[0:v:0]{ladder.scaled((width, height))},split=2[m][p]"
     ffmpeg.run(
         ["-y", "-threads", t, *ffmpeg.input_args(src, probe.container), "-filter_complex", graph,
-         "-map", "[m]", *ladder.X264, "-threads", t, "-an", "-movflags", "+faststart", str(workdir / "video.mp4"),
+         "-map", "[m]", *ladder.X264, "-threads", t, "-an", *ffmpeg.NO_METADATA,
+         "-movflags", "+faststart", str(workdir / "video.mp4"),
          "-map", "[p]", "-frames:v", "1", "-c:v", "mjpeg", "-q:v", "3", "-update", "1",
          str(workdir / "poster.jpg")],
         duration_s=probe.duration_s, on_progress=on_progress,

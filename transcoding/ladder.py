@@ -134,7 +134,7 @@ def plan(src: Path, workdir: Path, probe: Probe, *, threads: int) -> LadderPlan:
     # Progressive fallback, moov atom first so playback starts before the download ends.
     args += ["-map", "[vmp4]"] + (["-map", f"[a{len(renditions)}]"] if has_audio else [])
     args += [*X264, "-maxrate", f"{mp4.max_kbps}k", "-bufsize", f"{2 * mp4.max_kbps}k", "-threads", t,
-             *audio_codec, "-movflags", "+faststart", str(workdir / "video.mp4")]
+             *audio_codec, *ffmpeg.NO_METADATA, "-movflags", "+faststart", str(workdir / "video.mp4")]
     args += ["-map", "[vposter]", "-frames:v", "1", "-c:v", "mjpeg", "-q:v", "3", "-update", "1",
              str(workdir / "poster.jpg")]
     return LadderPlan(renditions, mp4, fps, args, has_audio)
@@ -170,7 +170,7 @@ def _hls_outputs(hls: Path, renditions: list[Rendition], fps: float, has_audio: 
     stream_map = " ".join(f"v:{i}" + (f",a:{i}" if has_audio else "") + f",name:{r.name}"
                           for i, r in enumerate(renditions))
     return [*args, *X264, "-g", gop, "-keyint_min", gop, "-sc_threshold", "0",
-            "-force_key_frames", f"expr:gte(t,n_forced*{SEGMENT_S})", *extra,
+            "-force_key_frames", f"expr:gte(t,n_forced*{SEGMENT_S})", *extra, *ffmpeg.NO_METADATA,
             "-f", "hls", "-hls_time", str(SEGMENT_S), "-hls_playlist_type", "vod",
             "-hls_flags", "independent_segments", "-hls_segment_type", "mpegts",
             "-hls_segment_filename", str(hls / "%v" / "seg_%03d.ts"),

@@ -59,7 +59,7 @@ def audio(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> li
              f"[w]aformat=channel_layouts=mono,showwavespic=s={WAVEFORM_SIZE}:colors=0x3b82f6[wave]")
     ffmpeg.run(
         ["-y", "-threads", t, *ffmpeg.input_args(src, probe.container), "-filter_complex", graph,
-         "-map", "[a]", "-c:a", "aac", "-b:a", "160k", "-ac", "2", "-movflags", "+faststart",
+         "-map", "[a]", "-c:a", "aac", "-b:a", "160k", "-ac", "2", *ffmpeg.NO_METADATA, "-movflags", "+faststart",
          str(workdir / "audio.m4a"),
          "-map", "[wave]", "-frames:v", "1", "-c:v", "png", "-update", "1", str(workdir / "waveform.png")],
         duration_s=probe.duration_s, on_progress=on_progress,

@@ -9,6 +9,18 @@ local file, and accept only an allow-list of containers and codecs. The
 demuxer name the probe found is what ffmpeg is later forced to use (`-f`), so
 ffmpeg cannot re-detect the file as something else.
 
+Only the chosen video and audio streams are ever decoded or mapped; subtitle,
+attachment and data streams (timecode and GPS tracks from cameras, fonts and
+subtitles in MKV) are left alone rather than refused, since phones and
+editors write them into ordinary files. A QuickTime reference movie, whose
+samples live in other files, is refused (`external_reference`): the demuxer
+is never allowed to open them (DEMUXER_OPTIONS), so it could not be
+processed as meant.
+
+The size and duration limits are checked from the header, before the packet
+scan and before any frame is decoded, so a crafted header cannot make the
+probe itself read hours of packets or decode a gigapixel frame.
+
 For audio and video the probe also reads every packet once (no decoding: a
 few seconds for hours of media) to catch truncated files before spending CPU
 on them, and decodes the first video frame for what only frames carry:
@@ -17,12 +29,14 @@ display rotation, interlacing and colour transfer.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
 import av
 import pillow_heif
+from django.conf import settings
 from PIL import Image, UnidentifiedImageError
 
 from transcoding.errors import MediaError
@@ -47,6 +61,13 @@ ALLOWED_AUDIO_CODECS = frozenset({
     "dts",
 })
 ALLOWED_AUDIO_CODEC_PREFIXES = ("pcm_",)
+# Demuxer options pinned to their safe values instead of trusting defaults:
+# mov follows a reference movie's data references into files next to it
+# (enable_drefs) or anywhere (use_absolute_path) when these are on.
+DEMUXER_OPTIONS = {"mov": {"enable_drefs": "0", "use_absolute_path": "0"}}
+# Reading a moov box to look for external data references: far above any
+# real one (hours of video need a few MB of sample tables).
+MOV_HEADER_MAX_BYTES = 64 * 1024 * 1024
 # Frame transfer characteristics that mean HDR (PQ and HLG), by libavutil's
 # enum AVColorTransferCharacteristic value.
 HDR_TRANSFERS = {16: "smpte2084", 18: "arib-std-b67"}
@@ -124,16 +145,24 @@ def probe_file(path: Path) -> Probe:
 
 
 def _probe_image(path: Path) -> Probe | None:
+    # Pillow warns above its limit and refuses above twice it; ours decides
+    # instead (a legal 48 MP photo is no bomb, and raising our limit must work).
+    Image.MAX_IMAGE_PIXELS = settings.FAIRLANE_MAX_PIXELS
     try:
-        with Image.open(path) as img:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # limits_check below decides
+            img = Image.open(path)
+        with img:
             fmt = (img.format or "").lower()
             if fmt == "gif" and getattr(img, "is_animated", False):
                 return None  # read as video by libavformat, delivered as an MP4 loop
-            return Probe(kind="image", container=fmt, width=img.width, height=img.height)
+            probe = Probe(kind="image", container=fmt, width=img.width, height=img.height)
     except Image.DecompressionBombError as exc:
         raise MediaError("too_large", f"The image has too many pixels to process safely ({exc}).") from exc
     except (UnidentifiedImageError, OSError, ValueError):
         return None
+    limits_check(probe)  # from the header: nothing is decoded yet
+    return probe
 
 
 def open_options() -> dict[str, str]:
@@ -141,6 +170,85 @@ def open_options() -> dict[str, str]:
     only, and only allowed demuxers, so a playlist or concat list that got
     past the text check is refused before its demuxer reads anything."""
     return {"protocol_whitelist": "file", "format_whitelist": ",".join(sorted(ALLOWED_CONTAINERS))}
+
+
+def _probe_options() -> dict[str, str]:
+    """The probe does not know the demuxer before it opens the file, so it
+    pins every demuxer's options (libavformat leaves unknown ones unused)."""
+    options = open_options()
+    for pinned in DEMUXER_OPTIONS.values():
+        options |= pinned
+    return options
+
+
+def limits_check(probe: Probe) -> None:
+    """Refuse media above the configured duration and pixel limits. The
+    pixel limit is what stops decompression bombs (a few KB of PNG or H.264
+    that decode to gigabytes), so it must run before anything is decoded."""
+    if probe.duration_s > settings.FAIRLANE_MAX_DURATION_S:
+        raise MediaError(
+            "too_long", f"Media longer than {int(settings.FAIRLANE_MAX_DURATION_S)} s is not accepted "
+            f"(this one is {int(probe.duration_s)} s).",
+        )
+    if (probe.width or 0) * (probe.height or 0) > settings.FAIRLANE_MAX_PIXELS:
+        raise MediaError("too_large", f"Pictures above {settings.FAIRLANE_MAX_PIXELS} pixels are not accepted "
+                                      f"(this one is {probe.width}x{probe.height}).")
+
+
+def _box_header(head: bytes, available: int) -> tuple[bytes, int, int]:
+    """(type, header size, box size) of the ISO BMFF box starting `head`;
+    a size of 0 means "to the end", 1 a 64-bit size after the type."""
+    size, kind, header = int.from_bytes(head[:4], "big"), head[4:8], 8
+    if size == 1 and len(head) >= 16:
+        size, header = int.from_bytes(head[8:16], "big"), 16
+    elif size == 0:
+        size = available
+    return kind, header, size
+
+
+def _mov_boxes(data: bytes) -> list[tuple[bytes, bytes]]:
+    """(type, body) of each box in `data`, up to a malformed one."""
+    boxes, offset = [], 0
+    while offset + 8 <= len(data):
+        kind, header, size = _box_header(data[offset:offset + 16], len(data) - offset)
+        if size < header:
+            break
+        boxes.append((kind, data[offset + header:offset + size]))
+        offset += size
+    return boxes
+
+
+def _mov_header(path: Path) -> bytes:
+    """The body of the first top-level moov box, seeking over the others
+    (mdat, gigabytes, usually comes first)."""
+    with open(path, "rb") as fh:
+        end, offset = os.fstat(fh.fileno()).st_size, 0
+        while offset + 8 <= end:
+            fh.seek(offset)
+            kind, header, size = _box_header(fh.read(16), end - offset)
+            if size < header:
+                break
+            if kind == b"moov":
+                fh.seek(offset + header)
+                return fh.read(min(size, MOV_HEADER_MAX_BYTES) - header)
+            offset += size
+    return b""
+
+
+# The boxes between moov and a track's data reference table.
+_DREF_PATH = (b"trak", b"mdia", b"minf", b"dinf", b"dref")
+
+
+def mov_external_references(path: Path) -> int:
+    """How many track data references point outside the file: entries
+    without the self-contained flag that name something (a Mac alias record,
+    a URL), as QuickTime editors write for "reference movies"."""
+    bodies = [_mov_header(path)]
+    for kind in _DREF_PATH:
+        bodies = [body for parent in bodies for k, body in _mov_boxes(parent) if k == kind]
+    # A dref is a full box (version and flags) with an entry count, then its entries.
+    entries = [entry for dref in bodies for entry in _mov_boxes(dref[8:])]
+    return sum(1 for _, body in entries if not int.from_bytes(body[1:4], "big") & 1 and len(body) > 4)
 
 
 def _codec_allowed(stream_type: str, codec: str) -> bool:
@@ -151,7 +259,7 @@ def _codec_allowed(stream_type: str, codec: str) -> bool:
 
 def _probe_av(path: Path) -> Probe:
     try:
-        container = av.open(str(path), options=open_options())
+        container = av.open(str(path), options=_probe_options())
     except av.error.ArgumentError as exc:  # EINVAL: libavformat's "format not on whitelist"
         raise MediaError("unsupported_container", "Files in this format are not accepted.") from exc
     except (av.error.FFmpegError, UnicodeDecodeError) as exc:
@@ -160,6 +268,9 @@ def _probe_av(path: Path) -> Probe:
         name = container.format.name.split(",")[0]
         if name not in ALLOWED_CONTAINERS:
             raise MediaError("unsupported_container", f"Files in the {name!r} format are not accepted.")
+        if name == "mov" and mov_external_references(path):
+            raise MediaError("external_reference", "The file is a reference movie: its media is in other files, "
+                                                   "which are never opened. Export it self-contained and upload that.")
         # Cover art in music files is a one-picture "video" stream; it is not video.
         videos = [s for s in container.streams.video
                   if s.codec_context.width and not s.disposition & av.stream.Disposition.attached_pic]
@@ -177,11 +288,15 @@ def _probe_av(path: Path) -> Probe:
                       audio_index=audios.index(audio) if audio is not None else None)
         if video is not None:
             _describe_video(probe, video)
+        limits_check(probe)  # from the header, before reading packets or decoding
         probe.frames, played = _scan_packets(container, [s for s in (video, audio) if s is not None])
         if declared > 1.0 and played < TRUNCATED_BELOW * declared:
             raise MediaError("truncated", f"The file is cut off: it declares {declared:.1f} s but holds "
                                           f"only {played:.1f} s of media.")
-        probe.duration_s = declared or played
+        # A header may under-declare: the media present is what ffmpeg will
+        # decode, so it is what the duration limit and time limits go by.
+        probe.duration_s = max(declared, played)
+        limits_check(probe)
         if video is not None:
             _read_first_frame(probe, path, video.index)
             if name == "gif":
@@ -239,7 +354,7 @@ def _scan_packets(container, streams: list) -> tuple[int, float]:
 
 def _read_first_frame(probe: Probe, path: Path, stream_index: int) -> None:
     try:
-        with av.open(str(path), options=open_options()) as container:
+        with av.open(str(path), options=_probe_options()) as container:
             ctx = container.streams[stream_index].codec_context
             frame = next(container.decode(container.streams[stream_index]), None)
             field_order, stream_trc = ctx.field_order, ctx.color_trc

@@ -1,13 +1,14 @@
-"""Transcode one job: claim it, probe, run the pipeline for its kind in a
-private work directory, publish the outputs atomically, record the result.
-
-A duplicate delivery finds the job already claimed and returns at once; a
-media error fails the job with its code and touches nothing else.
+"""Transcode one job: probe, run the pipeline for its kind in a private work
+directory, publish the outputs atomically. Claiming, leases, retries and
+failures are uploads/attempts.py's: a media error (MediaError) fails the job
+with its code and touches nothing else.
 """
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -15,9 +16,10 @@ from pathlib import Path
 from django.conf import settings
 
 from transcoding import ladder, pipelines
-from transcoding.errors import MediaError
 from transcoding.probe import Probe, probe_file
 from uploads import services as job_services
+from uploads.attempts import Attempt, job_attempt_run
+from uploads.services import OutputFile
 
 log = logging.getLogger(__name__)
 
@@ -36,57 +38,44 @@ def cost_estimate(probe: Probe) -> float:
     return max(0.05, COST_FLAT.get(probe.kind, 0.0) + per_second * probe.duration_s)
 
 
-def limits_check(probe: Probe) -> None:
-    if probe.duration_s > settings.FAIRLANE_MAX_DURATION_S:
-        raise MediaError(
-            "too_long", f"Media longer than {int(settings.FAIRLANE_MAX_DURATION_S)} s is not accepted "
-            f"(this one is {int(probe.duration_s)} s).",
-        )
-    # Checked from the header, before anything is decoded: this is what stops
-    # decompression bombs (a few KB of PNG that inflate to gigabytes).
-    if (probe.width or 0) * (probe.height or 0) > settings.FAIRLANE_MAX_PIXELS:
-        raise MediaError("too_large", f"Pictures above {settings.FAIRLANE_MAX_PIXELS} pixels are not accepted "
-                                      f"(this one is {probe.width}x{probe.height}).")
+# Fault injection (tests/chaos, FAIRLANE_FAULT_INJECTION only): a file that
+# starts with this kills the process that opens it, every time, as a file
+# that crashes or exhausts its worker would.
+FAULT_POISON_MARKER = b"FAIRLANE-POISON-PILL"
 
 
-def outputs_dir(job_id: str) -> Path:
-    return Path(settings.MEDIA_ROOT) / "outputs" / job_id
+def _poison_check(src: Path) -> None:
+    if settings.FAIRLANE_FAULT_INJECTION:
+        with open(src, "rb") as f:
+            if f.read(len(FAULT_POISON_MARKER)) == FAULT_POISON_MARKER:
+                log.warning("fault injection: poison pill %s kills worker process %d", src, os.getpid())
+                os.kill(os.getpid(), signal.SIGKILL)
 
 
-class JobCanceled(Exception):
-    """The job stopped being `running` under us (an operator canceled it)."""
-
-
-def job_transcode(*, job_id: str) -> None:
-    job = job_services.job_start(job_id=job_id)
-    if job is None:
-        return
+def transcode(attempt: Attempt) -> list[OutputFile]:
+    """The work of one attempt (uploads/attempts.py runs it): probe, check
+    the limits, run the pipeline for the kind in a private work directory,
+    and move the outputs into the attempt's own folder in one rename."""
+    job, job_id = attempt.job, str(attempt.job.id)
     started = time.monotonic()
     src = Path(job.upload.file.path)
+    _poison_check(src)
     work_root = Path(settings.MEDIA_ROOT) / "tmp"
     work_root.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"{job_id}-", dir=work_root))  # mode 0700
     try:
-        probe = probe_file(src)
-        limits_check(probe)
+        probe = probe_file(src)  # also refuses media above the size and duration limits
         job_services.job_probe_record(job_id=job_id, kind=probe.kind, media_info=probe.as_json(),
                                       cost_estimate=cost_estimate(probe))
-
-        def on_progress(pct: int) -> None:
-            # The progress write doubles as the cancellation check: an operator
-            # canceled the job when it no longer is `running`. Raising here
-            # kills ffmpeg's process group (transcoding/ffmpeg.py).
-            if not job_services.job_progress_set(job_id=job_id, progress=pct):
-                raise JobCanceled(job_id)
-
-        produced = pipelines.PIPELINES[probe.kind](src, workdir, probe, on_progress)
-        final = outputs_dir(job_id)
-        if final.exists():  # left by an earlier attempt that died before recording
-            shutil.rmtree(final)
+        # The progress write doubles as the stop check: when the job is no
+        # longer this attempt's (canceled, handed back, taken over) it
+        # raises, which kills ffmpeg's process group (transcoding/ffmpeg.py).
+        produced = pipelines.PIPELINES[probe.kind](src, workdir, probe, attempt.progress)
+        final = attempt.outputs_dir
         final.parent.mkdir(parents=True, exist_ok=True)
         workdir.rename(final)  # atomic on one filesystem: readers see all outputs or none
         outputs = [
-            job_services.OutputFile(
+            OutputFile(
                 name=p.name,
                 path=str((final / p.filename).relative_to(settings.MEDIA_ROOT)),
                 content_type=p.content_type,
@@ -95,22 +84,13 @@ def job_transcode(*, job_id: str) -> None:
             )
             for p in produced
         ]
-        if not job_services.job_succeed(job_id=job_id, outputs=outputs):
-            shutil.rmtree(final, ignore_errors=True)  # canceled meanwhile: publish nothing
-            log.info("job %s was canceled while finishing; outputs removed", job_id)
-            return
-        log.info("job %s succeeded: %s, %d outputs in %.2f s", job_id, probe.kind, len(outputs),
+        log.info("job %s transcoded: %s, %d outputs in %.2f s", job_id, probe.kind, len(outputs),
                  time.monotonic() - started)
-    except JobCanceled:
-        log.info("job %s canceled while running; stopped and cleaned up", job_id)
-    except MediaError as exc:
-        log.info("job %s failed: %s: %s", job_id, exc.code, exc.message)
-        job_services.job_fail(job_id=job_id, code=exc.code, message=exc.message)
-    except Exception:
-        # A bug or an environment fault, not the user's file: fail the job so it
-        # does not sit in `running` forever, and keep the traceback in the log.
-        log.exception("job %s failed with an internal error", job_id)
-        job_services.job_fail(job_id=job_id, code="internal_error",
-                              message="Processing failed because of an internal error; it has been logged.")
+        return outputs
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def job_transcode(*, job_id: str, hostname: str = "", soft_limit_s: float | None = None) -> str | None:
+    """Run one delivery of a transcode job; see uploads.attempts.job_attempt_run."""
+    return job_attempt_run(job_id=job_id, hostname=hostname, soft_limit_s=soft_limit_s, work=transcode)

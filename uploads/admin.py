@@ -10,7 +10,7 @@ from django.utils.html import format_html
 from django_celery_results.models import TaskResult
 
 from uploads import services
-from uploads.models import Job, JobAttempt, Notification, Output, Profile, Upload
+from uploads.models import Job, JobAttempt, Output, Profile, Upload
 
 
 class ProfileInline(admin.StackedInline):
@@ -100,10 +100,12 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="file", ordering="upload__filename")
     def filename(self, job: Job) -> str:
-        return job.upload.filename
+        return job.title
 
     @admin.display(description="upload")
     def upload_link(self, job: Job) -> str:
+        if job.upload_id is None:
+            return "–"
         url = reverse("admin:uploads_upload_change", args=[job.upload_id])
         return format_html('<a href="{}">{}</a>', url, job.upload.filename)
 
@@ -130,10 +132,3 @@ class JobAdmin(admin.ModelAdmin):
     def cancel_jobs(self, request, queryset):
         return _confirm_or_run(self, request, queryset, action="cancel_jobs", verb="cancel", verb_past="canceled",
                                eligible=(Job.Status.QUEUED, Job.Status.RUNNING), run=services.jobs_cancel)
-
-
-@admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin):
-    list_display = ["event", "channel", "recipient", "status", "created_at", "sent_at"]
-    list_filter = ["status", "channel", "event"]
-    readonly_fields = [f.name for f in Notification._meta.fields]

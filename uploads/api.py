@@ -1,6 +1,10 @@
 """The JSON API: thin views over services and selectors."""
 from __future__ import annotations
 
+import hashlib
+import time
+
+from django.conf import settings
 from django.urls import reverse
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
@@ -34,13 +38,20 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "upload", "kind", "lane", "status", "progress", "attempts", "error",
+            "id", "upload", "batch", "kind", "lane", "status", "progress", "attempts", "error",
             "created_at", "scheduled_for", "started_at", "finished_at", "wait_ms", "process_ms", "outputs",
         ]
 
-    def get_upload(self, job: Job) -> dict:
+    batch = serializers.SerializerMethodField()
+
+    def get_upload(self, job: Job) -> dict | None:
+        if job.upload is None:  # an export job: it works on a batch, not one upload
+            return None
         return {"id": str(job.upload_id), "filename": job.upload.filename, "size": job.upload.size,
                 "batch": str(job.upload.batch)}
+
+    def get_batch(self, job: Job) -> str:
+        return str(job.batch or job.upload.batch)
 
 
 def job_url(request: Request, job_id) -> str:
@@ -76,7 +87,17 @@ class UploadCreateApi(APIView):
         return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
+# What a job row on the page shows that can change while it is listed; the
+# list's ETag is a hash of these for the requested page (one light query
+# without joins), so an idle poll is a 304 with nothing serialized.
+JOB_LIST_FINGERPRINT_FIELDS = ("id", "status", "progress", "attempts", "kind", "error_code", "started_at",
+                               "finished_at", "wait_ms")
+
+
 class JobListApi(ListAPIView):
+    """The user's jobs, newest first. Conditional: the upload page polls it
+    with If-None-Match and gets 304 Not Modified while nothing changed."""
+
     serializer_class = JobSerializer
 
     def get_queryset(self):
@@ -84,6 +105,29 @@ class JobListApi(ListAPIView):
         if wanted and wanted not in Job.Status.values:
             raise ApplicationError("invalid_status", f"status must be one of {', '.join(Job.Status.values)}.")
         return selectors.jobs_for_user(user=self.request.user, status=wanted)
+
+    def _etag(self, queryset) -> str:
+        page_size = self.paginator.get_page_size(self.request) or 0
+        try:
+            page = max(1, int(self.request.query_params.get(self.paginator.page_query_param, 1)))
+        except ValueError:
+            page = 1
+        rows = list(queryset.values_list(*JOB_LIST_FINGERPRINT_FIELDS)[(page - 1) * page_size: page * page_size])
+        # Output links are signed and expire: a new tag every half lifetime
+        # hands the page fresh ones before the old ones die.
+        epoch = int(time.time() // max(1, settings.FAIRLANE_URL_MAX_AGE_S // 2))
+        digest = hashlib.sha256(repr((queryset.count(), epoch, rows)).encode()).hexdigest()[:32]
+        return f'"{digest}"'
+
+    def list(self, request: Request, *args, **kwargs) -> Response:
+        etag = self._etag(self.get_queryset())
+        headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
+        if etag in [tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")]:
+            return Response(status=status.HTTP_304_NOT_MODIFIED, headers=headers)
+        response = super().list(request, *args, **kwargs)
+        for name, value in headers.items():
+            response[name] = value
+        return response
 
 
 class JobDetailApi(APIView):

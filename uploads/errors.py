@@ -16,3 +16,19 @@ class ApplicationError(Exception):
         self.extra = extra or {}
         if status_code is not None:
             self.status_code = status_code
+
+
+class JobError(Exception):
+    """A job failed for a reason of its own (bad media, a missing batch):
+    permanent, so the job fails at once with the code and message, no retry."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class TransientError(Exception):
+    """Worth another attempt after a backoff: storage, network, a dependency
+    that is down. Database and Redis connection errors count as transient
+    too (uploads/attempts.py)."""

@@ -73,11 +73,14 @@ class Job(models.Model):
         AUDIO = "audio"
         IMAGE = "image"
         PDF = "pdf"
+        EXPORT = "export"  # a ZIP of a batch's outputs (exports/), not an upload
 
     TERMINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELED)
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    upload = models.ForeignKey(Upload, on_delete=models.CASCADE, related_name="jobs")
+    # Null only for export jobs, which work on a whole batch (`batch`).
+    upload = models.ForeignKey(Upload, on_delete=models.CASCADE, related_name="jobs", null=True, blank=True)
+    batch = models.UUIDField(null=True, blank=True, help_text="Export jobs: the upload batch they export.")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs")
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.UNKNOWN)
     lane = models.CharField(max_length=32)
@@ -99,10 +102,19 @@ class Job(models.Model):
     wait_ms = models.PositiveBigIntegerField(null=True, blank=True, help_text="Queued until started.")
     process_ms = models.PositiveBigIntegerField(null=True, blank=True, help_text="Started until finished.")
     media_info = models.JSONField(default=dict, blank=True, help_text="What the probe found.")
+    # The running attempt's lease: renewed by its worker every third of
+    # FAIRLANE_JOB_LEASE_S. Once it has passed, the worker is presumed dead and
+    # the job is offered again (uploads.services.jobs_recover_expired); the
+    # attempt number is the fencing token that stops the old worker writing.
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Long jobs (exports) save their progress here after each chunk, so that
+    # the next attempt resumes instead of starting over.
+    checkpoint = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["owner", "-created_at"]), models.Index(fields=["status", "lane"])]
+        indexes = [models.Index(fields=["owner", "-created_at"]), models.Index(fields=["status", "lane"]),
+                   models.Index(fields=["status", "lease_expires_at"])]
         permissions = [
             ("retry_job", "Can retry failed or canceled jobs"),
             ("cancel_job", "Can cancel queued or running jobs"),
@@ -110,6 +122,11 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} job {self.id} ({self.status})"
+
+    @property
+    def title(self) -> str:
+        """What a person calls this job: its file, or the batch it exports."""
+        return self.upload.filename if self.upload_id else f"export of batch {self.batch}"
 
     @property
     def error(self) -> dict | None:
@@ -124,7 +141,10 @@ class JobAttempt(models.Model):
     worker = models.CharField(max_length=255, blank=True)
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
-    outcome = models.CharField(max_length=16, blank=True)  # a terminal Job.Status, or "" while running
+    # A terminal Job.Status; or "retry" (transient error, queued again after a
+    # backoff), "lost" (its worker died or its lease ran out), "interrupted"
+    # (its worker shut down and handed it back); "" while running.
+    outcome = models.CharField(max_length=16, blank=True)
     error_code = models.CharField(max_length=64, blank=True)
     error_message = models.TextField(blank=True)
 
@@ -150,26 +170,3 @@ class Output(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} of {self.job_id}"
-
-
-class Notification(models.Model):
-    """One message to one recipient about one event; the idempotency key makes a
-    redelivered notify task a no-op instead of a second email."""
-
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        SENT = "sent"
-        FAILED = "failed"
-
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="notifications")
-    channel = models.CharField(max_length=16, default="email")
-    event = models.CharField(max_length=32)
-    recipient = models.CharField(max_length=255)
-    idempotency_key = models.CharField(max_length=128, unique=True)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    sent_at = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return f"{self.event} {self.channel} to {self.recipient}"

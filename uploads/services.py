@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -25,7 +26,6 @@ from uploads.errors import ApplicationError
 from uploads.models import Job, JobAttempt, Output, Profile, Upload
 
 log = logging.getLogger(__name__)
-
 
 
 def worker_id() -> str:
@@ -87,15 +87,23 @@ def uploads_create(
             job.save()
             uploads.append(upload)
         job_ids = [str(job_id) for job_id in Job.objects.filter(upload__in=uploads).values_list("id", flat=True)]
-        transaction.on_commit(lambda: jobs_enqueue(job_ids=job_ids))
+        transaction.on_commit(lambda: _enqueue_committed(job_ids))
     return uploads
+
+
+def _enqueue_committed(job_ids: list[str]) -> None:
+    if settings.FAIRLANE_FAULT_INJECTION and settings.FAIRLANE_FAULT_KILL_WEB_AFTER_COMMIT:
+        # tests/chaos: the web process dies between commit and publish; the
+        # reconciler must publish these jobs from their rows (the outbox).
+        log.warning("fault injection: web process %d killed after commit, before enqueue", os.getpid())
+        os.kill(os.getpid(), signal.SIGKILL)
+    jobs_enqueue(job_ids=job_ids)
 
 
 # Before the probe, the only thing known about a file is its size. About one
 # worker second per 4 MB is the right order for phone video at our ladder;
 # the dispatcher corrects each key's charge by the measured time afterwards.
 BYTES_PER_COST_SECOND = 4 * 1024 * 1024
-NOTIFY_COST_S = 0.05
 
 
 def cost_estimate_for_size(size: int) -> float:
@@ -114,38 +122,78 @@ def fair_policies(*, user_ids: Iterable[int], lane: Lane) -> dict[int, KeyPolicy
     return policies
 
 
+# The task that runs a job of each kind (all on the cpu-transcode lane).
+EXPORT_TASK = "exports.job_run"
+TRANSCODE_TASK = "transcoding.job_run"
+JOB_FIELDS_FOR_DISPATCH = ("id", "owner_id", "kind", "cost_estimate", "scheduled_for")
+
+
+def job_task_name(job: Job) -> str:
+    return EXPORT_TASK if job.kind == Job.Kind.EXPORT else TRANSCODE_TASK
+
+
+def job_time_limits(job: Job) -> dict:
+    """Celery's soft and hard time limits for the job's next attempt, scaled
+    to its estimated worker seconds (from the file size before the probe,
+    from the media duration after it). The soft limit lets the attempt clean
+    up (uploads/attempts.py); the hard one kills a child that does not."""
+    soft = settings.FAIRLANE_TIME_LIMIT_BASE_S + settings.FAIRLANE_TIME_LIMIT_PER_COST_S * job.cost_estimate
+    soft = min(soft, settings.FAIRLANE_TIME_LIMIT_MAX_S)
+    return {"soft_time_limit": round(soft), "time_limit": round(soft + settings.FAIRLANE_TIME_LIMIT_HARD_EXTRA_S)}
+
+
+def job_hand_back(job: Job, *, actual_cost: float = 0.0, due: float | None = None) -> None:
+    """Offer a queued job to the dispatcher again, at the front of its owner's
+    backlog (project.dispatch.hand_back)."""
+    dispatch.hand_back(
+        job_task_name(job), [str(job.id)], task_id=str(job.id), fair_key=str(job.owner_id), cost=job.cost_estimate,
+        actual_cost=actual_cost, due=due, options=job_time_limits(job),
+        policy=fair_policies(user_ids=[job.owner_id], lane=Lane.CPU_TRANSCODE).get(job.owner_id),
+    )
+
+
 def jobs_enqueue(*, job_ids: Iterable[str]) -> int:
     """Hand queued jobs to the cpu-transcode lane through the fair dispatcher.
     Returns how many were new to it (the rest it already held)."""
     jobs = list(Job.objects.filter(id__in=list(job_ids), status=Job.Status.QUEUED)
-                .only("id", "owner_id", "cost_estimate", "scheduled_for").order_by("created_at"))
+                .only(*JOB_FIELDS_FOR_DISPATCH).order_by("created_at"))
     policies = fair_policies(user_ids=[j.owner_id for j in jobs], lane=Lane.CPU_TRANSCODE)
     accepted = 0
     for job in jobs:
         accepted += dispatch.enqueue(
-            "transcoding.job_run", [str(job.id)], task_id=str(job.id), fair_key=str(job.owner_id),
-            cost=job.cost_estimate, policy=policies.get(job.owner_id),
+            job_task_name(job), [str(job.id)], task_id=str(job.id), fair_key=str(job.owner_id),
+            cost=job.cost_estimate, policy=policies.get(job.owner_id), options=job_time_limits(job),
             due=job.scheduled_for.timestamp() if job.scheduled_for else None,
         )
     return accepted
 
 
 def jobs_reconcile() -> int:
-    """Re-submit every queued job the dispatcher does not hold: Redis lost its
-    state, or the process died between commit and submit. Submission is
-    idempotent by task id, so racing the normal path is harmless."""
+    """The outbox: re-submit every queued job the dispatcher does not hold.
+    Redis lost its state, or the process died between commit and submit.
+    Submission is idempotent by task id, so racing the normal path is
+    harmless; jobs younger than a few seconds are left to that path."""
     sched = dispatch.scheduler(Lane.CPU_TRANSCODE)
-    queued = Job.objects.filter(status=Job.Status.QUEUED).values_list("id", flat=True)
-    missing = [str(job_id) for job_id in queued.iterator() if sched.known(str(job_id)) is None]
+    settled = timezone.now() - timedelta(seconds=settings.FAIR_RECONCILE_MIN_AGE_S)
+    queued = [str(job_id) for job_id in Job.objects.filter(
+        status=Job.Status.QUEUED, queued_at__lt=settled).values_list("id", flat=True).iterator()]
+    missing = [job_id for job_id, state in zip(queued, sched.known_many(queued)) if state is None]
     return jobs_enqueue(job_ids=missing) if missing else 0
 
 
+def job_lease_until(now: datetime) -> datetime:
+    return now + timedelta(seconds=settings.FAIRLANE_JOB_LEASE_S)
+
+
 def job_start(*, job_id: str) -> Job | None:
-    """queued -> running, once. Returns None when another delivery got there
-    first or the job is no longer runnable; the caller then drops the message."""
+    """queued -> running, once, under a fresh lease. Returns None when another
+    delivery got there first or the job is no longer runnable; the caller then
+    drops the message. The new attempt number is the fencing token of every
+    later write of this attempt."""
     now = timezone.now()
     claimed = Job.objects.filter(id=job_id, status=Job.Status.QUEUED).update(
-        status=Job.Status.RUNNING, started_at=now, attempts=F("attempts") + 1, progress=0
+        status=Job.Status.RUNNING, started_at=now, attempts=F("attempts") + 1, progress=0,
+        lease_expires_at=job_lease_until(now),
     )
     if not claimed:
         log.info("job %s not started: not queued (duplicate delivery or finished)", job_id)
@@ -160,23 +208,43 @@ def job_start(*, job_id: str) -> Job | None:
     return job
 
 
-def job_progress_set(*, job_id: str, progress: int) -> bool:
-    """Record progress; False when the job is no longer running (an operator
-    canceled it), which tells the worker to stop."""
-    return bool(Job.objects.filter(id=job_id, status=Job.Status.RUNNING).update(progress=max(0, min(100, int(progress)))))
+def _this_attempt(job_id: str, attempt: int | None):
+    """The job while it is running this attempt (any attempt when None)."""
+    jobs = Job.objects.filter(id=job_id, status=Job.Status.RUNNING)
+    return jobs if attempt is None else jobs.filter(attempts=attempt)
+
+
+def job_progress_set(*, job_id: str, progress: int, attempt: int | None = None, checkpoint: dict | None = None) -> bool:
+    """Record progress (and a checkpoint to resume from); False when the job
+    is no longer running this attempt (an operator canceled it, a stopping
+    worker handed it back, or its lease ran out and another worker took it),
+    which tells the worker to stop."""
+    fields = {"progress": max(0, min(100, int(progress)))}
+    if checkpoint is not None:
+        fields["checkpoint"] = checkpoint
+    return bool(_this_attempt(job_id, attempt).update(**fields))
+
+
+def job_lease_renew(*, job_id: str, attempt: int) -> bool:
+    """Extend the running attempt's lease; False when it is no longer the
+    job's running attempt."""
+    return bool(_this_attempt(job_id, attempt).update(lease_expires_at=job_lease_until(timezone.now())))
 
 
 def job_probe_record(*, job_id: str, kind: str, media_info: dict, cost_estimate: float) -> None:
     Job.objects.filter(id=job_id).update(kind=kind, media_info=media_info, cost_estimate=cost_estimate)
 
 
-def _finish(job_id: str, status: str, **fields) -> bool:
+def _finish(job_id: str, status: str, attempt: int | None = None, **fields) -> bool:
     now = timezone.now()
     job = Job.objects.filter(id=job_id).only("started_at", "owner_id", "lane", "kind", "wait_ms").first()
     if job is None:
         return False
-    updated = Job.objects.filter(id=job_id, status__in=[Job.Status.QUEUED, Job.Status.RUNNING]).update(
-        status=status, finished_at=now, process_ms=_ms_between(job.started_at, now), **fields
+    unfinished = Job.objects.filter(id=job_id, status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
+    if attempt is not None:
+        unfinished = _this_attempt(job_id, attempt)
+    updated = unfinished.update(
+        status=status, finished_at=now, process_ms=_ms_between(job.started_at, now), lease_expires_at=None, **fields
     )
     if updated:
         process_ms = _ms_between(job.started_at, now)
@@ -194,30 +262,33 @@ def _finish(job_id: str, status: str, **fields) -> bool:
 
 
 def notify_enqueue(*, job_id: str, owner_id: int, status: str) -> None:
-    policy = fair_policies(user_ids=[owner_id], lane=Lane.IO_NOTIFY).get(owner_id)
-    dispatch.enqueue(
-        "uploads.notify_job_finished", [str(job_id)], task_id=f"notify-{job_id}-{status}",
-        fair_key=str(owner_id), cost=NOTIFY_COST_S, policy=policy,
-    )
+    """The job's owner is told through the notify app (email, webhooks, the
+    batch's summary), on the fair io-notify lane."""
+    from notify.services import job_finished_notify
+
+    job_finished_notify(job_id=job_id, owner_id=owner_id, status=status)
 
 
-def job_succeed(*, job_id: str, outputs: list[OutputFile]) -> bool:
-    """running -> succeeded with its outputs, atomically."""
+def job_succeed(*, job_id: str, outputs: list[OutputFile], attempt: int | None = None) -> bool:
+    """running -> succeeded with its outputs, atomically; only by the running
+    attempt when `attempt` is given (a worker whose lease ran out and was
+    replaced must not publish)."""
     with transaction.atomic():
-        if not Job.objects.select_for_update().filter(id=job_id, status=Job.Status.RUNNING).exists():
+        if not _this_attempt(job_id, attempt).select_for_update().exists():
             return False
         for out in outputs:
             Output.objects.create(
                 job_id=job_id, name=out.name, file=out.path, content_type=out.content_type,
                 size=out.size, metadata=out.metadata,
             )
-        return _finish(job_id, Job.Status.SUCCEEDED, progress=100, error_code="", error_message="")
+        return _finish(job_id, Job.Status.SUCCEEDED, attempt, progress=100, error_code="", error_message="")
 
 
-def job_fail(*, job_id: str, code: str, message: str) -> bool:
-    """queued/running -> failed with a code and a human message."""
+def job_fail(*, job_id: str, code: str, message: str, attempt: int | None = None) -> bool:
+    """queued/running -> failed with a code and a human message (only from
+    the running `attempt` when given)."""
     with transaction.atomic():
-        return _finish(job_id, Job.Status.FAILED, error_code=code[:64], error_message=message)
+        return _finish(job_id, Job.Status.FAILED, attempt, error_code=code[:64], error_message=message)
 
 
 def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
@@ -232,7 +303,7 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
         Output.objects.filter(job_id__in=ids).delete()
         Job.objects.filter(id__in=ids).update(
             status=Job.Status.QUEUED, queued_at=now, progress=0, error_code="", error_message="",
-            started_at=None, finished_at=None, wait_ms=None, process_ms=None,
+            started_at=None, finished_at=None, wait_ms=None, process_ms=None, checkpoint={},
         )
         transaction.on_commit(lambda: jobs_enqueue(job_ids=[str(i) for i in ids]))
     log.info("%s retried %d job(s): %s", actor, len(ids), [str(i) for i in ids])
@@ -251,7 +322,10 @@ def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]
             if _finish(str(job.id), Job.Status.CANCELED, error_code="canceled",
                        error_message=f"Canceled by {actor}."):
                 canceled.append(job)
+        by_task: dict[str, list[str]] = {}
+        for job in canceled:
+            by_task.setdefault(job_task_name(job), []).append(str(job.id))
         ids = [str(job.id) for job in canceled]
-        transaction.on_commit(lambda: dispatch.cancel("transcoding.job_run", ids))
+        transaction.on_commit(lambda: [dispatch.cancel(task, task_ids) for task, task_ids in by_task.items()])
     log.info("%s canceled %d job(s): %s", actor, len(canceled), ids)
     return canceled

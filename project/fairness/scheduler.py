@@ -102,6 +102,11 @@ class FairScheduler:
         # the first NOSCRIPT reply, and called by SHA after that.
         self._scripts = {name: client.register_script(src) for name, src in _SOURCES.items()}
 
+    @property
+    def client(self) -> redis.Redis:
+        """The Redis client, for callers that keep small state beside the lane's."""
+        return self._client
+
     def _run(self, script: str, *args: Any) -> Any:
         return self._scripts[script](keys=[self.prefix], args=args)
 
@@ -208,12 +213,18 @@ class FairScheduler:
             "finish", job_id, "" if actual_cost is None else actual_cost, *self._release_args(now),
         ))
 
-    def requeue(self, job_id: str) -> bool:
-        """Put a job in flight back at the front of its backlog, refunding its charge.
+    def requeue(
+        self, job_id: str, *, actual_cost: float = 0.0, due: float | None = None, payload: str = "",
+        now: float | None = None,
+    ) -> bool:
+        """Put a job in flight back at the front of its backlog (after `due`,
+        for a retry's backoff), its key charged `actual_cost` for the attempt
+        instead of the estimate (0: never started, a full refund); a non-empty
+        `payload` replaces its message.
 
         False when the job is not in flight. Does not release.
         """
-        return bool(self._run("requeue", job_id))
+        return bool(self._run("requeue", job_id, actual_cost, "" if due is None else due, _now(now), payload))
 
     def reap(self, *, now: float | None = None) -> list[str]:
         """Put jobs whose lease expired back at the front of their backlogs.
@@ -263,6 +274,13 @@ class FairScheduler:
         """The job's state (held, delayed, released, running), or None."""
         raw = self._client.hget(self.prefix + "jobs", job_id)
         return None if raw is None else json.loads(raw)["s"]
+
+    def known_many(self, job_ids: list[str]) -> list[str | None]:
+        """`known` for many jobs in one round trip (the reconciler)."""
+        if not job_ids:
+            return []
+        return [None if raw is None else json.loads(raw)["s"]
+                for raw in self._client.hmget(self.prefix + "jobs", job_ids)]
 
     def next_wakeup(self, now: float | None = None) -> float | None:
         """When the ticker next has work: a delayed job due, a throttled key's

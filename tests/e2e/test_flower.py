@@ -86,7 +86,7 @@ def test_flower_needs_its_password_and_shows_both_lanes_and_readable_tasks(flowe
         assert status == 200
         ours = [t for t in tasks.values() if job_id in str(t.get("args"))]
         names = {t["name"] for t in ours}
-        if {"transcoding.job_run", "uploads.notify_job_finished"} <= names:
+        if {"transcoding.job_run", "notify.job_finished"} <= names:
             break
         assert time.monotonic() < deadline, f"Flower shows {names} for the job"
         time.sleep(1)

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from tests.media import make_video
-from uploads.models import Job, Notification
+from notify.models import Delivery
+from uploads.models import Job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -30,7 +31,8 @@ def test_metrics_expose_waits_outcomes_backlog_and_worker_heartbeats(workers, ma
         job_id = api_client_for(user).post("/api/uploads/", {"file": fh}, format="multipart").json()[
             "uploads"][0]["job"]["id"]
     deadline = time.monotonic() + 60
-    while not Notification.objects.filter(job_id=job_id, status="sent").exists():
+    batch = Job.objects.get(id=job_id).upload.batch
+    while not Delivery.objects.filter(event__batch=batch, channel="email", status="succeeded").exists():
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert Job.objects.get(id=job_id).status == "succeeded"

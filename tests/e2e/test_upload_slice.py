@@ -9,7 +9,8 @@ import pytest
 from django.conf import settings
 
 from tests.media import decodes_cleanly, make_video, probe_output
-from uploads.models import Job, Notification
+from notify.models import Delivery
+from uploads.models import Job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -58,7 +59,7 @@ def test_posted_video_succeeds_with_playable_mp4_and_an_email(workers, make_user
     assert decodes_cleanly(out)
 
     deadline = time.monotonic() + 30
-    while not Notification.objects.filter(job_id=job["id"], status="sent").exists():
+    while not Delivery.objects.filter(event__batch=upload["batch"], channel="email", status="succeeded").exists():
         assert time.monotonic() < deadline, "no notification sent"
         time.sleep(0.2)
     mails = [p.read_text() for p in Path(settings.EMAIL_FILE_PATH).glob("*.log")]

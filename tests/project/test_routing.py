@@ -12,7 +12,9 @@ from project.routing import TASK_LANES, UnroutedTaskError, lane_for, route_task
     ("task_name", "lane"),
     [
         ("transcoding.job_run", Lane.CPU_TRANSCODE),
-        ("uploads.notify_job_finished", Lane.IO_NOTIFY),
+        ("notify.job_finished", Lane.IO_NOTIFY),
+        ("notify.deliver", Lane.IO_NOTIFY),
+        ("exports.job_run", Lane.CPU_TRANSCODE),
         ("celery.backend_cleanup", Lane.IO_NOTIFY),
         ("bench.cpu.spin", Lane.CPU_TRANSCODE),
         ("bench.io.noop", Lane.IO_NOTIFY),

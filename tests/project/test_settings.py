@@ -11,7 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "FAIRLANE_ENV"))}
+    # The test run allows loopback webhooks and fault injection; production refuses both.
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("DJANGO_", "FAIRLANE_ENV", "FAIRLANE_WEBHOOK_ALLOW_LOOPBACK", "FAIRLANE_FAULT"))}
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env={**clean, **env},
                           capture_output=True, text=True, timeout=60)
 

@@ -1,104 +1,121 @@
-"""Files that must fail, each with its own code, before any output exists."""
+"""Files that must fail, each with its own code, as whole jobs: failed at the
+first attempt, with a message, and nothing left on disk."""
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from tests.media import ffmpeg, make_video
-from transcoding import pipelines
-from transcoding.errors import MediaError
-from transcoding.probe import ALLOWED_CONTAINERS, Probe, _probe_av, probe_file
-from transcoding.services import limits_check
+from transcoding.probe import ALLOWED_CONTAINERS
+
+pytestmark = pytest.mark.django_db
 
 
-def _code(fn, *args) -> str:
-    with pytest.raises(MediaError) as err:
-        fn(*args)
-    assert err.value.message
-    return err.value.code
+def _cut(path: Path, keep: float) -> Path:
+    """The first `keep` of a file, as a download that stopped early leaves it."""
+    cut = path.with_name(f"cut-{path.name}")
+    cut.write_bytes(path.read_bytes()[: int(path.stat().st_size * keep)])
+    return cut
 
 
-def test_binary_junk_is_not_media_whatever_its_name(tmp_path: Path):
-    path = tmp_path / "movie.mp4"
-    path.write_bytes(bytes(range(1, 256))[::-1] * 100 + b"\x00" * 1000)
-    assert _code(probe_file, path) == "not_media"
+def _cut_video(tmp: Path) -> Path:
+    return _cut(make_video(tmp / "whole.mp4", seconds=2, size="320x240",
+                           video_args=("-c:v", "libx264", "-preset", "ultrafast", "-movflags", "+faststart")), 0.5)
 
 
-def test_a_playlist_with_a_byte_order_mark_is_still_text(tmp_path: Path):
-    path = tmp_path / "clip.mp4"
-    path.write_bytes(b"\xef\xbb\xbf#EXTM3U\n#EXTINF:1,\nfile:///etc/passwd\n#EXT-X-ENDLIST\n")
-    assert _code(probe_file, path) == "not_media"
+def _cut_jpeg(tmp: Path) -> Path:
+    Image.effect_noise((400, 300), 64).convert("RGB").save(tmp / "whole.jpg", quality=90)
+    return _cut(tmp / "whole.jpg", 0.1)
 
 
-def test_a_cut_off_video_is_truncated(tmp_path: Path):
-    whole = make_video(tmp_path / "whole.mp4", seconds=2, size="320x240",
-                       video_args=("-c:v", "libx264", "-preset", "ultrafast", "-movflags", "+faststart"))
-    cut = tmp_path / "cut.mp4"
-    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
-    assert _code(probe_file, cut) == "truncated"
+def _bomb(edge: int) -> Callable[[Path], Path]:
+    def make(tmp: Path) -> Path:
+        Image.new("1", (edge, edge)).save(tmp / "bomb.png")  # megapixels in a few KB
+        assert (tmp / "bomb.png").stat().st_size < 200_000
+        return tmp / "bomb.png"
+
+    return make
 
 
-def test_a_cut_off_jpeg_is_truncated(tmp_path: Path, transcode):
-    Image.effect_noise((400, 300), 64).convert("RGB").save(tmp_path / "whole.jpg", quality=90)
-    cut = tmp_path / "cut.jpg"
-    cut.write_bytes((tmp_path / "whole.jpg").read_bytes()[:3000])
-    assert _code(transcode, cut) == "truncated"
+def _under_declared(tmp: Path) -> Path:
+    """3 s of MKV whose header says 1 s (the Duration element rewritten)."""
+    data = make_video(tmp / "long.mkv", seconds=3).read_bytes()
+    at = data.index(b"\x44\x89\x88") + 3  # Duration, an 8-byte float in milliseconds
+    (tmp / "liar.mkv").write_bytes(data[:at] + struct.pack(">d", 1000.0) + data[at + 8:])
+    return tmp / "liar.mkv"
 
 
-def test_a_decompression_bomb_is_refused_from_its_header(tmp_path: Path):
-    Image.new("1", (14000, 14000)).save(tmp_path / "bomb.png")  # ~25 MB of pixels in a few KB
-    assert (tmp_path / "bomb.png").stat().st_size < 200_000
-    assert _code(probe_file, tmp_path / "bomb.png") == "too_large"
+def _write(name: str, content: bytes) -> Callable[[Path], Path]:
+    def make(tmp: Path) -> Path:
+        (tmp / name).write_bytes(content)
+        return tmp / name
+
+    return make
 
 
-def test_pictures_above_the_pixel_limit_are_too_large(tmp_path: Path, settings):
-    settings.FAIRLANE_MAX_PIXELS = 100 * 100
-    Image.new("RGB", (101, 100)).save(tmp_path / "big.png")
-    assert _code(limits_check, probe_file(tmp_path / "big.png")) == "too_large"
-    assert _code(limits_check, probe_file(make_video(tmp_path / "big.mp4", size="160x120"))) == "too_large"
+def _png(size: tuple[int, int]) -> Callable[[Path], Path]:
+    def make(tmp: Path) -> Path:
+        Image.new("RGB", size).save(tmp / "picture.png")
+        return tmp / "picture.png"
+
+    return make
 
 
-def test_media_above_the_duration_limit_is_too_long(tmp_path: Path, settings):
-    settings.FAIRLANE_MAX_DURATION_S = 0.5
-    assert _code(limits_check, probe_file(make_video(tmp_path / "long.mp4", seconds=1))) == "too_long"
+def _y4m(tmp: Path) -> Path:
+    ffmpeg("-f", "lavfi", "-i", "testsrc2=size=64x48:duration=0.2", "-pix_fmt", "yuv420p", str(tmp / "raw.y4m"))
+    return tmp / "raw.y4m"
 
 
-def test_a_container_outside_the_allow_list_is_refused(tmp_path: Path):
-    ffmpeg("-f", "lavfi", "-i", "testsrc2=size=64x48:duration=0.2", "-pix_fmt", "yuv420p", str(tmp_path / "raw.y4m"))
-    assert _code(probe_file, tmp_path / "raw.y4m") == "unsupported_container"
+def _subtitles_only(tmp: Path) -> Path:
+    (tmp / "words.srt").write_text("1\n00:00:00,000 --> 00:00:01,000\nhello\n")
+    ffmpeg("-i", str(tmp / "words.srt"), str(tmp / "words.mkv"))
+    return tmp / "words.mkv"
 
 
-def test_a_codec_outside_the_allow_list_is_refused(tmp_path: Path):
-    src = make_video(tmp_path / "odd.mkv", seconds=0.2, audio=False, video_args=("-c:v", "ffvhuff"))
-    assert _code(probe_file, src) == "unsupported_codec"
+CASES = [
+    # (what, make the file in a folder, settings, code)
+    ("zero bytes", _write("empty.mp4", b""), {}, "empty_file"),
+    ("binary junk named .mp4", _write("movie.mp4", bytes(range(1, 256))[::-1] * 100 + b"\0" * 1000), {},
+     "not_media"),
+    ("text named .mov", _write("notes.mov", b"Meeting notes\n\n- ship it\n" * 20), {}, "not_media"),
+    ("a PDF header on junk", _write("doc.pdf", b"%PDF-1.7\n" + bytes(range(256)) * 8), {}, "decode_failed"),
+    ("a video cut in half", _cut_video, {}, "truncated"),
+    ("a JPEG cut off", _cut_jpeg, {}, "truncated"),
+    ("a PNG bomb beyond twice the pixel limit", _bomb(14000), {}, "too_large"),
+    ("a PNG bomb just above the pixel limit", _bomb(8200), {}, "too_large"),
+    ("a picture above a configured pixel limit", _png((101, 100)), {"FAIRLANE_MAX_PIXELS": 100 * 100}, "too_large"),
+    ("a video above a configured pixel limit", lambda tmp: make_video(tmp / "big.mp4"),
+     {"FAIRLANE_MAX_PIXELS": 100 * 100}, "too_large"),
+    ("media above a configured duration", lambda tmp: make_video(tmp / "long.mp4", seconds=1),
+     {"FAIRLANE_MAX_DURATION_S": 0.5}, "too_long"),
+    ("media whose header under-declares its duration", _under_declared, {"FAIRLANE_MAX_DURATION_S": 2}, "too_long"),
+    # Limits come from the header, before packets are read or frames decoded:
+    # this file would otherwise fail as truncated.
+    ("a cut-off video above the pixel limit", _cut_video, {"FAIRLANE_MAX_PIXELS": 100 * 100}, "too_large"),
+    ("a cut-off video above the duration limit", _cut_video, {"FAIRLANE_MAX_DURATION_S": 1}, "too_long"),
+    ("a container off the allow-list", _y4m, {}, "unsupported_container"),
+    ("a codec off the allow-list", lambda tmp: make_video(tmp / "odd.mkv", seconds=0.2, audio=False,
+                                                          video_args=("-c:v", "ffvhuff")), {}, "unsupported_codec"),
+    ("subtitles and nothing else", _subtitles_only, {}, "no_media_streams"),
+]
+
+
+@pytest.mark.parametrize(("make", "overrides", "code"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_file_that_cannot_be_processed_fails_its_job_once_with_its_code(run_job, settings, tmp_path: Path,
+                                                                          make, overrides, code):
+    src = make(tmp_path)
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+    job = run_job(src)
+    assert (job.status, job.error_code) == ("failed", code), job.error_message
+    assert job.error_message and job.attempts == 1 and not job.outputs.exists()
+    assert run_job.leftovers() == []
 
 
 def test_demuxers_that_open_other_files_are_never_allowed():
-    assert not ALLOWED_CONTAINERS & {"hls", "concat", "image2", "tee", "http", "data", "lavfi", "ffmetadata"}
-
-
-@pytest.mark.parametrize("text", [
-    "#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1,\n{secret}\n#EXT-X-ENDLIST\n",
-    "ffconcat version 1.0\nfile '{secret}'\n",
-])
-def test_a_playlist_that_slips_past_the_text_check_is_refused_by_the_demuxer_allow_list(tmp_path: Path, text):
-    secret = make_video(tmp_path / "secret.ts", seconds=0.5, audio=False)
-    playlist = tmp_path / "upload.mp4"
-    playlist.write_text(text.format(secret=secret))
-    # Refused at open: as an unreadable MP4, or as a demuxer off the list.
-    assert _code(_probe_av, playlist) in {"not_media", "unsupported_container"}
-
-
-def test_a_playlist_that_slips_past_the_probe_is_still_not_followed(tmp_path: Path):
-    """Defence in depth: ffmpeg is forced to the probed demuxer, so a playlist
-    naming a real local segment is read as a (broken) MP4, never as HLS."""
-    secret = make_video(tmp_path / "secret.ts", seconds=0.5, audio=False)
-    playlist = tmp_path / "upload.mp4"
-    playlist.write_text(f"#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1,\n{secret}\n#EXT-X-ENDLIST\n")
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    fake = Probe("video", "mov", 1.0, 160, 120, fps=25.0)
-    assert _code(pipelines.video, playlist, workdir, fake, lambda pct: None) == "decode_failed"
-    assert not (workdir / "video.mp4").exists() or (workdir / "video.mp4").stat().st_size == 0
+    assert not ALLOWED_CONTAINERS & {"hls", "concat", "image2", "tee", "http", "data", "lavfi", "ffmetadata", "srt",
+                                     "ass", "webvtt"}

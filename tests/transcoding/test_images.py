@@ -1,12 +1,16 @@
 """Images: upright, sRGB, stripped, never upscaled, WebP + JPEG; GIF -> MP4."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from tests.media import SRGB_PRIMARIES_D50, icc_rgb_profile, video_facts
+from tests.media import SRGB_PRIMARIES_D50, ffmpeg, icc_rgb_profile, video_facts
 
 
 def _sizes(out: dict) -> dict:
@@ -65,6 +69,16 @@ def test_16_bit_greyscale_is_scaled_not_clipped(transcode, tmp_path: Path):
         assert 120 <= webp.convert("L").getpixel((25, 25)) <= 136
 
 
+@pytest.mark.parametrize(("name", "pix_fmt"), [("scan.png", "rgb48be"), ("scan.tiff", "rgb48le"),
+                                              ("layer.png", "rgba64be")])
+def test_16_bit_colour_images_keep_their_colours(transcode, tmp_path: Path, name, pix_fmt):
+    ffmpeg("-f", "lavfi", "-i", "color=c=0xff8000:size=64x48", "-frames:v", "1", "-pix_fmt", pix_fmt,
+           str(tmp_path / name))
+    with Image.open(transcode(tmp_path / name)["large_jpeg"][0]) as jpeg:
+        r, g, b = jpeg.getpixel((32, 24))
+        assert jpeg.size == (64, 48) and r > 240 and 110 < g < 145 and b < 20
+
+
 def test_colours_are_converted_through_the_icc_profile_to_srgb(transcode, tmp_path: Path):
     """A profile whose red and green primaries are swapped: a pixel stored as
     pure red *is* green, and must come out green, with no profile attached."""
@@ -106,3 +120,47 @@ def test_other_modes_come_out_as_rgb_or_rgba(transcode, tmp_path: Path, mode):
     Image.new(mode, (20, 20)).save(tmp_path / f"{mode}.png")
     with Image.open(transcode(tmp_path / f"{mode}.png")["thumbnail"][0]) as webp:
         assert webp.mode in ("RGB", "RGBA")
+
+
+# Run in a child, with its peak resident size reset (Linux: clear_refs 5)
+# just before the pipeline, so that the peak is this image's alone.
+_PROCESS_IN_A_CHILD = """
+import json, sys
+from pathlib import Path
+import django
+django.setup()
+from transcoding import pipelines
+from transcoding.probe import probe_file
+
+def kib(field):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field + ":"))
+
+src, workdir = Path(sys.argv[1]), Path(sys.argv[2])
+with open("/proc/self/clear_refs", "w") as fh:
+    fh.write("5")
+before = kib("VmRSS")
+produced = pipelines.PIPELINES["image"](src, workdir, probe_file(src), lambda pct: None)
+print(json.dumps({"grew_bytes": (kib("VmHWM") - before) * 1024,
+                  "sizes": {p.name: [p.metadata["width"], p.metadata["height"]] for p in produced}}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_a_huge_but_legal_image_is_processed_in_bounded_memory(tmp_path: Path, fmt):
+    """48 MP, under FAIRLANE_MAX_PIXELS: a phone's full-resolution JPEG (decoded
+    at reduced scale) and a scan's PNG (decoded whole). At most about one
+    full-size copy (Pillow keeps RGB in 4 bytes a pixel) may be alive at a
+    time, plus the variants."""
+    width, height = 8000, 6000
+    src = tmp_path / f"huge.{fmt.lower()}"
+    Image.linear_gradient("L").resize((width, height)).convert("RGB").save(src, fmt)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    child = subprocess.run([sys.executable, "-c", _PROCESS_IN_A_CHILD, str(src), str(workdir)], capture_output=True,
+                           text=True, check=True, cwd=Path(__file__).resolve().parents[2],
+                           env={**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings"})
+    result = json.loads(child.stdout)
+    assert result["sizes"] == {"large": [1600, 1200], "large_jpeg": [1600, 1200], "medium": [800, 600],
+                               "medium_jpeg": [800, 600], "thumbnail": [320, 240], "thumbnail_jpeg": [320, 240]}
+    assert result["grew_bytes"] < 1.5 * width * height * 4, f"{result['grew_bytes'] / 2**20:.0f} MiB"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.media import hls_variants, make_video, rotated, video_facts
+from tests.media import hls_variants, make_video, rotated, video_facts, web_ready
 from transcoding import ladder
 from transcoding.probe import Probe, probe_file
 
@@ -150,16 +150,27 @@ def test_of_several_audio_tracks_the_default_one_is_used(transcode, tmp_path: Pa
 
 def test_a_one_frame_clip_still_gives_every_output(transcode, tmp_path: Path):
     out = transcode(make_video(tmp_path / "still.mp4", seconds=0.04, audio=False))
-    assert video_facts(out["mp4"][0])["frames"] >= 1
-    hls_variants(out["hls"][0])
-    assert out["poster"][0].stat().st_size > 0
+    facts, variants = web_ready(out)
+    assert facts["frames"] == 1 and facts["duration_s"] < 0.1 and facts["display"] == (160, 120)
+    assert [v["RESOLUTION"] for v in variants] == ["160x120"]
 
 
-def test_a_very_large_frame_is_capped_at_1080p(transcode, tmp_path: Path):
-    out = transcode(make_video(tmp_path / "big.mp4", seconds=0.08, size="2560x1440", audio=False))
-    variants = hls_variants(out["hls"][0])
-    assert variants[-1]["RESOLUTION"] == "1920x1080" and len(variants) == 5
-    assert video_facts(out["mp4"][0])["display"] == (1280, 720)
+def test_odd_width_and_height_come_out_even(transcode, tmp_path: Path):
+    # A screen recording's size: VP9 codes odd sizes, H.264 4:2:0 cannot.
+    src = make_video(tmp_path / "screen.webm", seconds=1, size="176x144", audio=False, vf="scale=175:143,setsar=1",
+                     video_args=("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8"))
+    assert probe_file(src).display_size == (175, 143)
+    facts, variants = web_ready(transcode(src))
+    assert facts["display"] == (174, 142) and facts["sar"] == "1:1"
+    assert [v["RESOLUTION"] for v in variants] == ["174x142"]
+    assert abs(facts["duration_s"] - 1.0) < 0.1
+
+
+def test_a_4k_source_is_capped_at_1080p(transcode, tmp_path: Path):
+    out = transcode(make_video(tmp_path / "uhd.mp4", seconds=0.12, size="3840x2160", audio=False))
+    facts, variants = web_ready(out)
+    assert [v["RESOLUTION"] for v in variants] == ["426x240", "640x360", "854x480", "1280x720", "1920x1080"]
+    assert facts["display"] == (1280, 720) and facts["frames"] == 3
 
 
 @pytest.mark.parametrize(
@@ -174,9 +185,11 @@ def test_a_very_large_frame_is_capped_at_1080p(transcode, tmp_path: Path):
 )
 def test_common_containers_are_transcoded(transcode, tmp_path: Path, name, video_args, audio_args):
     src = make_video(tmp_path / name, seconds=0.5, size="176x144", video_args=video_args, audio_args=audio_args)
-    facts = video_facts(transcode(src)["mp4"][0])
-    assert (facts["video_codec"], facts["pix_fmt"], facts["audio_codec"]) == ("h264", "yuv420p", "aac")
-    assert facts["display"] == (176, 144)
+    facts, variants = web_ready(transcode(src))
+    assert facts["audio_codec"] == "aac" and facts["display"] == (176, 144)
+    assert abs(facts["duration_s"] - 0.5) < 0.15
+    assert [v["RESOLUTION"] for v in variants] == ["176x144"]
+    assert video_facts(variants[0]["segments"][0])["audio_codec"] == "aac"
 
 
 def test_progress_is_reported_from_ffmpeg_while_the_ladder_runs(tmp_path: Path, monkeypatch):

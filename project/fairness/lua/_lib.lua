@@ -158,7 +158,15 @@ local function promote_due(now)
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', DELAYED, '-inf', fmt(now), 'LIMIT', 0, BATCH)) do
     redis.call('ZREM', DELAYED, id)
     local job = load_job(id)
-    redis.call('RPUSH', backlog(job.k), id)
+    -- A retry (f) was at the front of its backlog when it left; a new job
+    -- scheduled for later joins the back like any other.
+    if job.f then
+      job.f = nil
+      job.r = 1
+      redis.call('LPUSH', backlog(job.k), id)
+    else
+      redis.call('RPUSH', backlog(job.k), id)
+    end
     job.s = 'held'
     save_job(id, job)
     activate(job.k)
@@ -208,6 +216,7 @@ local function release(now, lease_s, default_window, headroom, limit)
         redis.call('ZADD', INFLIGHT, fmt(now + lease_s), id)
         redis.call('HINCRBY', INFLIGHT_N, k, 1)
         job.s = 'released'
+        job.r = nil
         save_job(id, job)
         out[#out + 1] = id
         out[#out + 1] = redis.call('HGET', PAYLOAD, id)

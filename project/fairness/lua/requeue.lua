@@ -1,12 +1,30 @@
--- requeue(job_id) -> 1 | 0
--- A job in flight goes back to the front of its backlog (a worker shutting
--- down, a retry). Its charge is refunded, so the next release charges it once
--- more and it costs its key one job in total. Does not release: the caller
--- decides when (a retry may want to wait).
-local id = ARGV[1]
+-- requeue(job_id, actual_cost, due, now, payload) -> 1 | 0
+-- A job in flight goes back to the front of its backlog: a worker shutting
+-- down handed it back, or a transient error sends it round again after a
+-- backoff (`due`, empty for at once). Its key pays for what the attempt
+-- used: the estimated charge is replaced by `actual_cost` (0 when it never
+-- started, a refund), so the next release charges it once more and a retry
+-- neither jumps the queue nor loses its place. A delayed retry keeps its
+-- front place: when due it rejoins the head of its backlog, not the tail.
+-- A non-empty payload replaces the job's message (a retry may carry new
+-- options, e.g. time limits from a better estimate). Does not release.
+local id, actual, due, now = ARGV[1], tonumber(ARGV[2]) or 0, tonumber(ARGV[3]), tonumber(ARGV[4])
+local payload = ARGV[5]
 local job = load_job(id)
 if not job or (job.s ~= 'released' and job.s ~= 'running') then return 0 end
-adjust_vt(job.k, -job.c / weight(job.k))
+if payload and payload ~= '' then redis.call('HSET', PAYLOAD, id, payload) end
+adjust_vt(job.k, (actual - job.c) / weight(job.k))
 leave_flight(id, job)
-put_back(id, job)
+if due and due > now then
+  job.s = 'delayed'
+  job.f = 1
+  save_job(id, job)
+  redis.call('ZADD', DELAYED, fmt(due), id)
+else
+  put_back(id, job)
+  -- Handed back, not reaped: a late start() from the attempt that let it go
+  -- must not take it out of the backlog again (see start.lua).
+  job.r = 1
+  save_job(id, job)
+end
 return 1

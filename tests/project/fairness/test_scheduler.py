@@ -236,6 +236,21 @@ def test_requeue_puts_a_job_back_first_and_refunds_its_charge(sched):
     assert sched.finish("u-0", now=0) == [("u-2", "msg u-2")]
 
 
+def test_a_retry_pays_for_its_attempt_and_rejoins_the_front_of_its_backlog_when_due(sched):
+    submit_many(sched, "u", 5, cost=4.0)
+    assert [j for j, _ in sched.release(now=0)] == ["u-0", "u-1", "u-2"]
+
+    assert sched.requeue("u-0", actual_cost=1.0, due=10, now=0)
+    assert sched.known("u-0") == "delayed"
+    # charged 3 x 4 at release, then 1 instead of 4 for the failed attempt
+    assert float(sched._client.hget(sched.prefix + "vt", "u")) == pytest.approx(9.0)
+    # before it is due the freed slot goes to the next job, not to the retry
+    assert [j for j, _ in sched.release(now=5)] == ["u-3"]
+    # once due it goes ahead of u-4, which waited behind it all along
+    assert [j for j, _ in sched.finish("u-1", now=10)] == ["u-0"]
+    assert [j for j, _ in sched.finish("u-2", now=10)] == ["u-4"]
+
+
 def test_cancel_removes_waiting_jobs_only(sched):
     submit_many(sched, "u", 4)
     assert sched.submit("soon", "u", due=10, now=0)

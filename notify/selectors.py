@@ -1,0 +1,31 @@
+"""Reads. A user's endpoints and deliveries are looked up from the user, so
+another user's are simply not found (404), never forbidden."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+
+from notify.events import Channel
+from notify.models import ChannelPreference, Delivery, Endpoint
+
+
+def preferences_for_user(*, user_id: int) -> dict[str, list[str]]:
+    """Events per channel the user receives: their choice, else the defaults."""
+    chosen = dict(ChannelPreference.objects.filter(user_id=user_id).values_list("channel", "events"))
+    return {channel.value: list(chosen.get(channel.value, settings.NOTIFY_DEFAULT_EVENTS[channel.value]))
+            for channel in Channel}
+
+
+def endpoints_for_user(*, user: AbstractBaseUser) -> QuerySet[Endpoint]:
+    return Endpoint.objects.filter(owner=user).order_by("-created_at")
+
+
+def endpoint_get_for_user(*, user: AbstractBaseUser, endpoint_id) -> Endpoint:
+    return get_object_or_404(endpoints_for_user(user=user), id=endpoint_id)
+
+
+def deliveries_for_endpoint(*, endpoint: Endpoint) -> QuerySet[Delivery]:
+    return (Delivery.objects.filter(endpoint=endpoint).select_related("event")
+            .prefetch_related("attempt_log").order_by("-created_at"))

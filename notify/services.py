@@ -1,0 +1,460 @@
+"""Writes: events, their deliveries, and every try at a delivery.
+
+Flow. A job that ends calls `job_finished_notify` on commit (from
+uploads.services.notify_enqueue), which enqueues `notify.job_finished`
+through the fair dispatcher, charged to the job's owner. That task records
+the job's event if any channel of the owner wants it, and, once every job of
+the upload batch has ended, the batch's one summary (`Event.key` is unique,
+so two jobs ending at once still make one). Each event gets a Delivery per
+target (the owner's email, each subscribed endpoint), and each delivery's try
+is its own `notify.deliver` task, again through the fair lane: one user's
+10,000 deliveries queue behind each other, not in front of anyone else's.
+
+A try claims its delivery with a guarded UPDATE on (id, seq): `seq` grows
+each time a try is scheduled, so a duplicated or stale message claims
+nothing. Retries and rate-limit waits schedule the next try with `due` (the
+dispatcher holds delayed jobs), never with Celery ETAs.
+
+Database connections. The io worker runs 64 threads; Django gives each its
+own connection. A try reads what it needs, builds the exact request, closes
+its connection, talks to the network (DNS, connect, send, read: seconds at
+worst), then opens one again to record the outcome, and closes it. So
+connections are held only for the short database phases, not for the HTTP
+call (bench/notify.py measures the peak).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.urls import reverse
+from django.utils import timezone
+
+from notify import emails, ratelimit, retry, signing, ssrf, transport
+from notify.events import JOB_EVENTS, SUBSCRIBABLE, Channel, EventType
+from notify.models import ChannelPreference, Delivery, DeliveryAttempt, Endpoint, Event
+from notify.selectors import preferences_for_user
+from project import dispatch, metrics
+from project.lanes import Lane
+from uploads.errors import ApplicationError
+from uploads.models import Job
+
+log = logging.getLogger(__name__)
+
+TASK_JOB_FINISHED = "notify.job_finished"
+TASK_DELIVER = "notify.deliver"
+# Fair-share charge of one notify task, in worker seconds (mostly waiting on
+# the network; the dispatcher corrects it with the measured time).
+NOTIFY_COST_S = 0.05
+# A pending delivery whose try is this overdue was lost by the dispatcher.
+RECONCILE_AFTER_S = 60.0
+TERMINAL_JOB_STATUSES = ("succeeded", "failed", "canceled")
+
+
+# --- entering the lane -----------------------------------------------------------
+
+
+def _enqueue(task: str, args: list, *, task_id: str, owner_id: int, due: float | None = None) -> bool:
+    from uploads.services import fair_policies  # the owner's plan on io-notify (weight, cap, rate)
+
+    policy = fair_policies(user_ids=[owner_id], lane=Lane.IO_NOTIFY).get(owner_id)
+    return dispatch.enqueue(task, args, task_id=task_id, fair_key=str(owner_id), cost=NOTIFY_COST_S,
+                            policy=policy, due=due)
+
+
+def job_finished_notify(*, job_id: str, owner_id: int, status: str) -> None:
+    """A job ended (called on commit): tell its owner, off the request/worker path."""
+    if status in TERMINAL_JOB_STATUSES:
+        _enqueue(TASK_JOB_FINISHED, [str(job_id), status], task_id=f"notify-job-{job_id}-{status}",
+                 owner_id=owner_id)
+
+
+def _deliver_task_id(delivery_id, seq: int) -> str:
+    return f"notify-dlv-{delivery_id}-{seq}"
+
+
+def delivery_enqueue(*, delivery_id, seq: int, owner_id: int, due: datetime | None = None,
+                     reserved: bool = False) -> bool:
+    """Schedule try `seq` of a delivery (at `due`). `reserved`: it already
+    holds a rate-limit token for that time."""
+    return _enqueue(TASK_DELIVER, [str(delivery_id), seq, reserved], task_id=_deliver_task_id(delivery_id, seq),
+                    owner_id=owner_id, due=due.timestamp() if due else None)
+
+
+# --- events and their deliveries -----------------------------------------------------
+
+
+def _results_url(path: str) -> str:
+    return settings.FAIRLANE_BASE_URL.rstrip("/") + path
+
+
+def _envelope(event_type: str, data: dict) -> dict:
+    """Standard Webhooks' payload shape: type, timestamp, data."""
+    return {"type": event_type, "timestamp": timezone.now().isoformat(), "data": data}
+
+
+def _job_data(job: Job) -> dict:
+    return {"job": {
+        "id": str(job.id), "status": job.status, "kind": job.kind,
+        "filename": job.upload.filename if job.upload_id else f"export of batch {job.batch}",
+        "batch": str(job.upload.batch) if job.upload_id else None,
+        "error": job.error,
+        "results_url": _results_url(reverse("job-page", args=[job.id])),
+    }}
+
+
+def _targets(*, owner: AbstractBaseUser, event_type: str) -> list[Delivery]:
+    """Unsaved deliveries of an `event_type` event to everyone the owner chose."""
+    prefs = preferences_for_user(user_id=owner.pk)
+    forced_email = event_type == EventType.ENDPOINT_DISABLED
+    targets = []
+    if (forced_email or event_type in prefs[Channel.EMAIL]) and owner.email:
+        targets.append(Delivery(channel=Channel.EMAIL, recipient=owner.email))
+    if event_type in prefs[Channel.WEBHOOK]:
+        for endpoint in Endpoint.objects.filter(owner=owner, is_active=True).only("id", "events"):
+            if event_type in endpoint.events:
+                targets.append(Delivery(channel=Channel.WEBHOOK, endpoint=endpoint))
+    return targets
+
+
+def event_publish(*, owner: AbstractBaseUser, event_type: str, key: str, data: dict, job_id=None,
+                  batch=None, always: bool = False) -> Event | None:
+    """Record an event once per `key` and deliver it to every chosen target.
+
+    Returns None when nobody wants it (and `always` is off: no row is kept) or
+    when the key was published before: exactly once per key.
+    """
+    targets = _targets(owner=owner, event_type=event_type)
+    if not targets and not always:
+        return None
+    try:
+        with transaction.atomic():
+            event = Event.objects.create(owner=owner, type=event_type, key=key, job_id=job_id, batch=batch,
+                                         payload=_envelope(event_type, data))
+            for delivery in targets:
+                delivery.event = event
+            Delivery.objects.bulk_create(targets)
+            ids = [d.id for d in targets]
+            transaction.on_commit(lambda: [delivery_enqueue(delivery_id=i, seq=0, owner_id=owner.pk) for i in ids])
+    except IntegrityError:  # published already (a redelivered task, or the batch's other last job)
+        return None
+    return event
+
+
+def job_event_process(*, job_id: str, status: str) -> None:
+    """The notify side of a job ending: its own event, then its batch's summary."""
+    job = Job.objects.select_related("owner", "upload").filter(id=job_id).first()
+    if job is None or job.status != status:
+        return  # gone, or retried since: a later ending will be reported
+    event_type = JOB_EVENTS.get(status)
+    if event_type is not None:
+        stamp = job.finished_at.timestamp() if job.finished_at else 0
+        event_publish(owner=job.owner, event_type=event_type, key=f"{event_type}:{job.id}:{stamp}",
+                      data=_job_data(job), job_id=job.id)
+    if job.upload_id:
+        batch_summary_publish(batch=job.upload.batch, owner=job.owner)
+
+
+def batch_summary_publish(*, batch, owner: AbstractBaseUser) -> Event | None:
+    """The batch's summary, once every job of it has ended (whatever the
+    outcome). Each job's notify task checks after its job's commit, so the
+    last job to end always sees the batch complete; the unique key makes the
+    summary exactly-once when several see it."""
+    jobs = list(Job.objects.filter(upload__batch=batch).select_related("upload").order_by("upload__created_at"))
+    if not jobs or any(j.status not in TERMINAL_JOB_STATUSES for j in jobs):
+        return None
+    listed = jobs[: settings.NOTIFY_BATCH_LIST_MAX]
+    data = {"batch": {
+        "id": str(batch), "total": len(jobs), "counts": dict(Counter(j.status for j in jobs)),
+        "files": [{"job_id": str(j.id), "filename": j.upload.filename, "status": j.status, "error": j.error,
+                   "results_url": _results_url(reverse("job-page", args=[j.id]))} for j in listed],
+        "truncated": len(jobs) > len(listed),
+        "results_url": _results_url(reverse("upload-page")),
+    }}
+    return event_publish(owner=owner, event_type=EventType.BATCH_COMPLETED, key=f"batch.completed:{batch}",
+                         data=data, batch=batch, always=True)
+
+
+# --- endpoints and preferences ---------------------------------------------------------
+
+
+def _validated_events(events) -> list[str]:
+    if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
+        raise ApplicationError("invalid_events", f"events must be a non-empty list of: {', '.join(SUBSCRIBABLE)}.")
+    unknown = sorted(set(events) - set(SUBSCRIBABLE))
+    if unknown:
+        raise ApplicationError("invalid_events", f"Unknown event(s) {', '.join(unknown)}; choose from "
+                               f"{', '.join(SUBSCRIBABLE)}.")
+    return sorted(set(events), key=SUBSCRIBABLE.index)
+
+
+def endpoint_create(*, owner: AbstractBaseUser, url: str, events, resolver: ssrf.Resolver | None = None) -> Endpoint:
+    """Register a webhook endpoint after checking its URL reaches only public
+    addresses (checked again before every delivery). The caller shows the
+    returned secret once."""
+    events = _validated_events(events)
+    if not isinstance(url, str):
+        raise ApplicationError("url_invalid", "url must be a string.")
+    try:
+        ssrf.check_url(url, resolver=resolver)
+    except ssrf.UnsafeURLError as exc:
+        raise ApplicationError(exc.code, exc.message) from None
+    return Endpoint.objects.create(owner=owner, url=url, events=events, secret=signing.secret_generate())
+
+
+def endpoint_delete(*, endpoint: Endpoint) -> None:
+    """Deleting takes its deliveries with it; a try in flight finds nothing to
+    record (its guarded update matches no row)."""
+    log.info("webhook endpoint %s of user %s deleted", endpoint.id, endpoint.owner_id)
+    endpoint.delete()
+
+
+def endpoint_enable(*, endpoint_ids: list, actor: AbstractBaseUser) -> int:
+    """Turn disabled endpoints back on (admin), with a clean failure streak."""
+    count = Endpoint.objects.filter(id__in=endpoint_ids, is_active=False).update(
+        is_active=True, disabled_at=None, disabled_reason="", failure_streak=0, failing_since=None)
+    log.info("%s re-enabled %d webhook endpoint(s)", actor, count)
+    return count
+
+
+def preferences_set(*, user: AbstractBaseUser, channel: str, events: list[str]) -> list[str]:
+    """Choose the events `user` receives on `channel` (an empty list: none)."""
+    if channel not in Channel.__members__.values():
+        raise ApplicationError("invalid_channel", f"channel must be one of {', '.join(Channel)}.")
+    chosen = _validated_events(events) if events else []
+    ChannelPreference.objects.update_or_create(user=user, channel=channel, defaults={"events": chosen})
+    return chosen
+
+
+# --- one try ------------------------------------------------------------------------------
+
+
+def _release_db() -> None:
+    """Give this thread's database connection back before network I/O; the
+    next query opens one again. Inside a transaction (tests) it must stay."""
+    if not connection.in_atomic_block:
+        connection.close()
+
+
+def _claim(delivery_id: str, seq: int) -> Delivery | None:
+    now = timezone.now()
+    claimed = Delivery.objects.filter(id=delivery_id, seq=seq).filter(
+        Q(status=Delivery.Status.PENDING) | Q(status=Delivery.Status.SENDING, lease_until__lt=now)
+    ).update(status=Delivery.Status.SENDING, lease_until=now + timedelta(seconds=settings.NOTIFY_SENDING_LEASE_S))
+    if not claimed:
+        return None
+    return Delivery.objects.select_related("event", "event__owner", "endpoint").get(id=delivery_id)
+
+
+def delivery_attempt(*, delivery_id: str, seq: int, reserved: bool = False,
+                     resolver: ssrf.Resolver | None = None) -> str:
+    """Run try `seq` of a delivery; returns what happened (for logs and tests):
+    stale, canceled, throttled, succeeded, retry or failed. `resolver`
+    replaces DNS (tests of the connect-time check)."""
+    delivery = _claim(delivery_id, seq)
+    if delivery is None:
+        return "stale"  # a duplicate message, or a try that was rescheduled or canceled
+    if delivery.channel == Channel.WEBHOOK:
+        return _webhook_attempt(delivery, reserved=reserved, resolver=resolver)
+    return _email_attempt(delivery)
+
+
+def _reschedule(delivery: Delivery, *, due: datetime, reserved: bool) -> None:
+    """Give back a claim without counting a try (rate limited)."""
+    with transaction.atomic():
+        updated = Delivery.objects.filter(id=delivery.id, seq=delivery.seq, status=Delivery.Status.SENDING).update(
+            status=Delivery.Status.PENDING, seq=F("seq") + 1, next_attempt_at=due, lease_until=None)
+        if updated:
+            transaction.on_commit(lambda: delivery_enqueue(
+                delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, due=due,
+                reserved=reserved))
+
+
+def _webhook_attempt(delivery: Delivery, *, reserved: bool, resolver: ssrf.Resolver | None) -> str:
+    endpoint = delivery.endpoint
+    if endpoint is None or not endpoint.is_active:
+        Delivery.objects.filter(id=delivery.id, status=Delivery.Status.SENDING).update(
+            status=Delivery.Status.CANCELED, lease_until=None, last_error="endpoint disabled")
+        return "canceled"
+    if not reserved:
+        rate = endpoint.rate_per_s if endpoint.rate_per_s is not None else settings.NOTIFY_WEBHOOK_RATE_PER_S
+        burst = endpoint.burst if endpoint.burst is not None else settings.NOTIFY_WEBHOOK_BURST
+        wait_s = ratelimit.take(endpoint_id=str(endpoint.id), rate_per_s=rate, burst=burst)
+        if wait_s > 0:
+            _reschedule(delivery, due=timezone.now() + timedelta(seconds=wait_s), reserved=True)
+            return "throttled"
+    event = delivery.event
+    body = json.dumps(event.payload, separators=(",", ":"), sort_keys=True)
+    headers = signing.signed_headers(secret=endpoint.secret, msg_id=event.webhook_id, body=body)
+    url = endpoint.url
+    _release_db()
+    started = timezone.now()
+    try:
+        target = ssrf.check_url(url, resolver=resolver)  # again, now: the name may point elsewhere since registration
+    except ssrf.UnsafeURLError as exc:
+        answer = transport.Response(status=None, latency_ms=0, error=f"{exc.code}: {exc.message}"[:500])
+        retryable = exc.code == "url_unresolvable"  # DNS trouble passes; a private address does not
+    else:
+        answer = transport.post(
+            target, body=body.encode(), headers=headers,
+            connect_timeout=settings.NOTIFY_WEBHOOK_CONNECT_TIMEOUT_S,
+            read_timeout=settings.NOTIFY_WEBHOOK_READ_TIMEOUT_S,
+            prefix_bytes=settings.NOTIFY_WEBHOOK_RESPONSE_PREFIX_BYTES,
+        )
+        retryable = True
+    outcome = _record(delivery, started=started, answer=answer, retryable=retryable)
+    _endpoint_health(endpoint_id=endpoint.id, ok=outcome == "succeeded")
+    _release_db()
+    return outcome
+
+
+def _email_attempt(delivery: Delivery) -> str:
+    event = delivery.event
+    message = emails.email_build(event=event, to=delivery.recipient, username=event.owner.get_username())
+    _release_db()
+    started = timezone.now()
+    try:
+        message.send()
+        answer = transport.Response(status=250, latency_ms=_ms_since(started))
+    except Exception as exc:  # SMTP and socket errors alike: the mail server may be back later
+        answer = transport.Response(status=None, latency_ms=_ms_since(started),
+                                    error=f"{type(exc).__name__}: {exc}"[:500])
+    outcome = _record(delivery, started=started, answer=answer, retryable=True)
+    _release_db()
+    return outcome
+
+
+def _ms_since(start: datetime) -> int:
+    return int((timezone.now() - start).total_seconds() * 1000)
+
+
+def _record(delivery: Delivery, *, started: datetime, answer: transport.Response, retryable: bool) -> str:
+    """Store the try and decide what comes next, atomically, guarded by the claim."""
+    ok = retry.is_success(answer.status) if delivery.channel == Channel.WEBHOOK else answer.status == 250
+    number = delivery.attempts + 1
+    delay = None
+    if not ok and retryable:
+        delay = retry.next_delay_s(number, status=answer.status, retry_after=answer.retry_after)
+    now = timezone.now()
+    due = now + timedelta(seconds=delay) if delay is not None else None
+    outcome = "succeeded" if ok else "retry" if due else "failed"
+    with transaction.atomic():
+        fields = {"attempts": number, "last_status_code": answer.status if delivery.channel == Channel.WEBHOOK
+                  else None, "last_error": answer.error, "lease_until": None}
+        if ok:
+            fields.update(status=Delivery.Status.SUCCEEDED, delivered_at=now)
+        elif due:
+            fields.update(status=Delivery.Status.PENDING, seq=delivery.seq + 1, next_attempt_at=due)
+        else:
+            fields.update(status=Delivery.Status.FAILED)
+        updated = Delivery.objects.filter(id=delivery.id, seq=delivery.seq, status=Delivery.Status.SENDING).update(
+            **fields)
+        if not updated:
+            return "stale"  # deleted or canceled meanwhile
+        DeliveryAttempt.objects.create(
+            delivery_id=delivery.id, number=delivery.attempt_log.count() + 1, started_at=started,
+            latency_ms=answer.latency_ms, status_code=fields["last_status_code"], error=answer.error,
+            response_prefix=answer.body_prefix, outcome=outcome, next_attempt_at=due,
+        )
+        if due:
+            transaction.on_commit(lambda: delivery_enqueue(
+                delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, due=due))
+    metrics.observe_job(lane=Lane.IO_NOTIFY, kind=delivery.channel, outcome=outcome,
+                        wait_s=max(0.0, (started - (delivery.next_attempt_at or delivery.created_at)).total_seconds()),
+                        process_s=answer.latency_ms / 1000)
+    log.info("delivery %s try %d (%s): %s %s in %d ms", delivery.id, number, delivery.channel, outcome,
+             answer.status or answer.error, answer.latency_ms)
+    return outcome
+
+
+# --- endpoint health ------------------------------------------------------------------------
+
+
+def _endpoint_health(*, endpoint_id, ok: bool) -> None:
+    if ok:
+        Endpoint.objects.filter(id=endpoint_id, failure_streak__gt=0).update(failure_streak=0, failing_since=None)
+        return
+    now = timezone.now()
+    Endpoint.objects.filter(id=endpoint_id).update(failure_streak=F("failure_streak") + 1,
+                                                   failing_since=Coalesce(F("failing_since"), now))
+    endpoint = Endpoint.objects.filter(id=endpoint_id, is_active=True).first()
+    if (endpoint is not None and endpoint.failure_streak >= settings.NOTIFY_WEBHOOK_DISABLE_AFTER_FAILURES
+            and (now - endpoint.failing_since).total_seconds() >= settings.NOTIFY_WEBHOOK_DISABLE_AFTER_S):
+        endpoint_disable(endpoint_id=endpoint_id, reason=f"{endpoint.failure_streak} failed attempts in a row "
+                         f"since {endpoint.failing_since:%Y-%m-%d %H:%M} UTC")
+
+
+def endpoint_disable(*, endpoint_id, reason: str) -> bool:
+    """Stop delivering to an endpoint that keeps failing: its pending
+    deliveries are canceled and its owner is emailed (once: the guarded
+    update lets one caller through)."""
+    with transaction.atomic():
+        if not Endpoint.objects.filter(id=endpoint_id, is_active=True).update(
+                is_active=False, disabled_at=timezone.now(), disabled_reason=reason[:255]):
+            return False
+        Delivery.objects.filter(endpoint_id=endpoint_id, status=Delivery.Status.PENDING).update(
+            status=Delivery.Status.CANCELED, last_error="endpoint disabled")
+        endpoint = Endpoint.objects.select_related("owner").get(id=endpoint_id)
+        event_publish(owner=endpoint.owner, event_type=EventType.ENDPOINT_DISABLED,
+                      key=f"endpoint.disabled:{endpoint_id}:{endpoint.disabled_at.timestamp()}",
+                      data={"endpoint": {"id": str(endpoint.id), "url": endpoint.url, "reason": reason,
+                                         "settings_url": _results_url(reverse("notify-settings"))}})
+    log.warning("webhook endpoint %s disabled: %s", endpoint_id, reason)
+    return True
+
+
+# --- operators ------------------------------------------------------------------------------
+
+
+def deliveries_resend(*, delivery_ids: list, actor: AbstractBaseUser) -> int:
+    """Send finished deliveries again (admin): same webhook-id, so a receiver
+    that processed it already can tell; a fresh round of retries."""
+    now = timezone.now()
+    owners = {}
+    with transaction.atomic():
+        rows = list(Delivery.objects.select_for_update().filter(
+            id__in=delivery_ids, status__in=[Delivery.Status.SUCCEEDED, Delivery.Status.FAILED,
+                                             Delivery.Status.CANCELED]).values_list("id", "seq", "event__owner_id"))
+        for delivery_id, seq, owner_id in rows:
+            Delivery.objects.filter(id=delivery_id).update(status=Delivery.Status.PENDING, seq=seq + 1, attempts=0,
+                                                           next_attempt_at=now, lease_until=None)
+            owners[delivery_id] = (seq + 1, owner_id)
+        transaction.on_commit(lambda: [delivery_enqueue(delivery_id=i, seq=s, owner_id=o)
+                                       for i, (s, o) in owners.items()])
+    log.info("%s resent %d deliveries", actor, len(owners))
+    return len(owners)
+
+
+def deliveries_reconcile() -> int:
+    """The outbox's safety net (settings.FAIR_RECONCILERS): re-submit tries
+    the dispatcher no longer knows (Redis lost them, or a process died
+    between commit and submit), and tries whose worker died mid-send."""
+    if not dispatch.is_fair(Lane.IO_NOTIFY):
+        return 0
+    now = timezone.now()
+    overdue = now - timedelta(seconds=RECONCILE_AFTER_S)
+    rows = list(Delivery.objects.filter(
+        Q(status=Delivery.Status.PENDING) & (Q(next_attempt_at__lt=overdue) | Q(next_attempt_at__isnull=True,
+                                                                               created_at__lt=overdue))
+        | Q(status=Delivery.Status.SENDING, lease_until__lt=now)
+    ).values_list("id", "seq", "status", "event__owner_id")[:10_000])
+    sched = dispatch.scheduler(Lane.IO_NOTIFY)
+    states = sched.known_many([_deliver_task_id(i, s) for i, s, _, _ in rows])
+    count = 0
+    for (delivery_id, seq, status, owner_id), state in zip(rows, states):
+        if state is not None:
+            continue
+        if status == Delivery.Status.SENDING:  # its worker died: a new try, the old claim void
+            if not Delivery.objects.filter(id=delivery_id, seq=seq, status=status).update(
+                    status=Delivery.Status.PENDING, seq=seq + 1, lease_until=None):
+                continue
+            seq += 1
+        count += delivery_enqueue(delivery_id=delivery_id, seq=seq, owner_id=owner_id)
+    return count

@@ -1,0 +1,13 @@
+from django.urls import path
+
+from notify import api, pages
+
+urlpatterns = [
+    path("notifications/", pages.settings_page, name="notify-settings"),
+    path("notifications/webhooks/<uuid:endpoint_id>/", pages.endpoint_page, name="notify-endpoint"),
+    path("api/webhooks/", api.EndpointListCreateApi.as_view(), name="api-webhook-list"),
+    path("api/webhooks/<uuid:endpoint_id>/", api.EndpointDetailApi.as_view(), name="api-webhook-detail"),
+    path("api/webhooks/<uuid:endpoint_id>/deliveries/", api.EndpointDeliveriesApi.as_view(),
+         name="api-webhook-deliveries"),
+    path("api/notifications/preferences/", api.PreferencesApi.as_view(), name="api-notify-preferences"),
+]

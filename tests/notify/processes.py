@@ -1,0 +1,52 @@
+"""Extra real processes for the notify end-to-end tests: another io-notify
+worker (the rate limit holds across processes), and a private Redis so that
+a worker with its own settings (SMTP) gets every message of its test."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from celery import Celery
+
+from bench.harness import Worker, _free_port as free_port
+from tests.workers import test_database_url
+
+__all__ = ("IoWorker", "free_port", "private_redis")
+
+
+class IoWorker(Worker):
+    """One io-notify worker process (threads pool) against the test database,
+    with `env` on top of this process's environment."""
+
+    def __init__(self, name: str, log_dir: Path, *, concurrency: int = 4, **env: str):
+        self.env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1", **env}
+        super().__init__("io-notify", pool="threads", concurrency=concurrency, name=name, log_dir=log_dir,
+                         suffix="notify-test", loglevel="INFO", env=self.env, extra_args=())
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Ping through the worker's own broker (it may be a private Redis)."""
+        control = Celery(broker=self.env["REDIS_URL"]).control
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited:\n{self.log_tail()}")
+            if any(self.name in reply for reply in control.ping(destination=[self.name], timeout=0.5) or []):
+                return
+        raise RuntimeError(f"{self.name} not ready:\n{self.log_tail()}")
+
+    def run_django(self, code: str) -> None:
+        """Run `code` in a fresh Django process with this worker's settings."""
+        subprocess.run([sys.executable, "-c", f"import django; django.setup()\n{code}"], env=self.env, check=True,
+                       timeout=60)
+
+
+def private_redis() -> tuple[str, subprocess.Popen]:
+    from project import embedded_redis
+
+    port = free_port()
+    proc = embedded_redis.spawn(Path(tempfile.mkdtemp(prefix="fairlane-notify-redis-")), port, persist=False)
+    return f"redis://127.0.0.1:{port}/0", proc

@@ -1,0 +1,114 @@
+"""What a job's ending produces: its own event where wanted, and once the
+whole upload batch has ended, exactly one summary; per-channel preferences
+decide who gets what."""
+from __future__ import annotations
+
+import pytest
+from django.core import mail
+
+from notify import services
+from notify.models import Delivery, Event
+from uploads.models import Job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alice(make_user):
+    return make_user("alice")
+
+
+def end(job: Job, status: str) -> None:
+    """The job reaches `status`, then its notify task runs (as on a worker)."""
+    from django.utils import timezone
+
+    error = {"error_code": "not_media", "error_message": "Not a media file."} if status == "failed" else {}
+    Job.objects.filter(id=job.id).update(status=status, finished_at=timezone.now(), **error)
+    services.job_event_process(job_id=str(job.id), status=status)
+
+
+def test_the_batch_summary_waits_for_every_job_and_is_sent_once_even_with_failures(
+        alice, make_batch, make_endpoint):
+    endpoint = make_endpoint(alice, "http://127.0.0.1:9/h", events=["batch.completed"])
+    jobs = make_batch(alice, ["running", "running", "running"])
+    end(jobs[0], "succeeded")
+    end(jobs[1], "failed")
+    assert not Event.objects.filter(type="batch.completed").exists()
+    end(jobs[2], "canceled")
+    # Every job's task may see the batch complete (redelivery, races): still one.
+    for job in jobs:
+        services.job_event_process(job_id=str(job.id), status=Job.objects.get(id=job.id).status)
+    [summary] = Event.objects.filter(type="batch.completed")
+    batch = summary.payload["data"]["batch"]
+    assert batch["total"] == 3 and batch["counts"] == {"succeeded": 1, "failed": 1, "canceled": 1}
+    assert [f["status"] for f in batch["files"]] == ["succeeded", "failed", "canceled"]
+    assert batch["files"][1]["error"] == {"code": "not_media", "message": "Not a media file."}
+    assert sorted(summary.deliveries.values_list("channel", flat=True)) == ["email", "webhook"]
+    assert summary.deliveries.get(channel="webhook").endpoint == endpoint
+
+
+def test_by_default_email_gets_only_the_summary_and_webhooks_get_every_event(alice, make_batch, make_endpoint):
+    make_endpoint(alice, "http://127.0.0.1:9/h")
+    job_a, job_b = make_batch(alice, ["running", "running"])
+    end(job_a, "succeeded")
+    end(job_b, "failed")
+    by_type = {(d.event.type, d.channel) for d in Delivery.objects.select_related("event")}
+    assert by_type == {("job.succeeded", "webhook"), ("job.failed", "webhook"),
+                       ("batch.completed", "webhook"), ("batch.completed", "email")}
+
+
+def test_preferences_per_channel_are_respected(alice, make_batch, make_endpoint):
+    make_endpoint(alice, "http://127.0.0.1:9/all")
+    make_endpoint(alice, "http://127.0.0.1:9/failures", events=["job.failed"])
+    services.preferences_set(user=alice, channel="email", events=["job.failed"])
+    services.preferences_set(user=alice, channel="webhook", events=["job.failed", "batch.completed"])
+    job_a, job_b = make_batch(alice, ["running", "running"])
+    end(job_a, "succeeded")
+    end(job_b, "failed")
+    sent = sorted((d.event.type, d.channel, d.endpoint.url if d.endpoint else d.recipient)
+                  for d in Delivery.objects.select_related("event", "endpoint"))
+    assert sent == [
+        ("batch.completed", "webhook", "http://127.0.0.1:9/all"),
+        ("job.failed", "email", "alice@example.com"),
+        ("job.failed", "webhook", "http://127.0.0.1:9/all"),
+        ("job.failed", "webhook", "http://127.0.0.1:9/failures"),
+    ]
+    # Nobody wanted job.succeeded: no event row kept for it.
+    assert not Event.objects.filter(type="job.succeeded").exists()
+
+
+def test_a_job_retried_since_is_not_reported_as_failed(alice, make_batch, make_endpoint):
+    make_endpoint(alice, "http://127.0.0.1:9/h")
+    [job] = make_batch(alice, ["failed"])
+    Job.objects.filter(id=job.id).update(status="queued")
+    services.job_event_process(job_id=str(job.id), status="failed")
+    assert not Event.objects.exists()
+
+
+def test_the_summary_email_has_text_and_html_with_links_to_the_results(alice, make_batch, settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    settings.FAIRLANE_BASE_URL = "https://fairlane.example"
+    jobs = make_batch(alice, ["running", "running"])
+    end(jobs[0], "succeeded")
+    end(jobs[1], "failed")
+    delivery = Delivery.objects.get(channel="email")
+    assert services.delivery_attempt(delivery_id=str(delivery.id), seq=0) == "succeeded"
+    [message] = mail.outbox
+    assert message.to == ["alice@example.com"] and message.subject == "[Fairlane] 2 file(s) done, 1 failed"
+    assert "file-0.mp4: succeeded" in message.body and "file-1.mp4: failed (not_media: Not a media file.)" in message.body
+    assert f"https://fairlane.example/jobs/{jobs[0].id}/" in message.body
+    html, mimetype = message.alternatives[0]
+    assert mimetype == "text/html" and f'href="https://fairlane.example/jobs/{jobs[1].id}/"' in html
+    assert services.delivery_attempt(delivery_id=str(delivery.id), seq=0) == "stale"  # a duplicate sends nothing
+    assert len(mail.outbox) == 1
+
+
+def test_a_failing_mail_server_is_retried(alice, make_batch, settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", 9, 2  # nothing listens
+    [job] = make_batch(alice, ["running"])
+    end(job, "succeeded")
+    delivery = Delivery.objects.get(channel="email")
+    assert services.delivery_attempt(delivery_id=str(delivery.id), seq=0) == "retry"
+    delivery.refresh_from_db()
+    assert delivery.status == "pending" and "ConnectionRefused" in delivery.last_error

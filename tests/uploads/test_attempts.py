@@ -1,0 +1,186 @@
+"""One attempt at a job against the real database and the real fair
+scheduler in Redis: fencing, retries with backoff, lost workers, expired
+leases and stopping workers. The fault-injection suite (tests/chaos) does the
+same with real worker processes being killed."""
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from celery.exceptions import SoftTimeLimitExceeded
+from django.db import OperationalError
+from django.utils import timezone
+
+from project import dispatch
+from project.lanes import Lane
+from uploads import attempts, services
+from uploads.errors import JobError, TransientError
+from uploads.models import Job, JobAttempt, Upload
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def sched(redis_client):
+    """The cpu lane's scheduler on an empty Redis database."""
+    return dispatch.scheduler(Lane.CPU_TRANSCODE)
+
+
+@pytest.fixture
+def job(make_user, sched, django_capture_on_commit_callbacks) -> Job:
+    """A queued job the scheduler has released (in flight), as a worker gets it."""
+    owner = make_user("owner")
+    upload = Upload.objects.create(owner=owner, batch=uuid.uuid4(), filename="a.mp4", file="x", size=1)
+    job = Job.objects.create(upload=upload, owner=owner, lane="cpu-transcode", queued_at=timezone.now())
+    sched.submit(str(job.id), str(owner.id), payload='{"task": "x", "args": []}')
+    assert [j for j, _ in sched.release()] == [str(job.id)]
+    return job
+
+
+def run(job: Job, work, **kwargs) -> str | None:
+    return attempts.job_attempt_run(job_id=str(job.id), hostname="cpu@test-host", soft_limit_s=kwargs.get("soft"),
+                                    work=work)
+
+
+def raising(exc: BaseException):
+    def work(attempt):
+        raise exc
+    return work
+
+
+def test_a_replaced_attempt_can_neither_report_progress_nor_publish(job):
+    first = services.job_start(job_id=str(job.id))
+    # its lease ran out and another worker took the job over
+    Job.objects.filter(id=job.id).update(status="queued")
+    second = services.job_start(job_id=str(job.id))
+    assert (first.attempts, second.attempts) == (1, 2)
+
+    stale = attempts.Attempt(job=first, number=1)
+    with pytest.raises(attempts.AttemptLost):
+        stale.progress(50)
+    assert services.job_succeed(job_id=str(job.id), outputs=[], attempt=1) is False
+    assert services.job_fail(job_id=str(job.id), code="x", message="x", attempt=1) is False
+    assert services.job_succeed(job_id=str(job.id), outputs=[], attempt=2) is True
+
+
+def test_a_transient_error_queues_the_job_again_at_the_front_after_a_backoff(job, sched, settings,
+                                                                             django_capture_on_commit_callbacks):
+    settings.FAIRLANE_RETRY_BASE_DELAY_S = 60
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run(job, raising(OperationalError("server closed the connection"))) == dispatch.HANDED_BACK
+    job.refresh_from_db()
+    assert job.status == "queued" and job.attempts == 1 and job.lease_expires_at is None
+    [attempt] = JobAttempt.objects.filter(job=job)
+    assert (attempt.outcome, attempt.error_code) == ("retry", "transient_error")
+    # held back for the backoff (base 60 s: between 30 and 60 s), not released meanwhile
+    assert sched.known(str(job.id)) == "delayed"
+    wakeup = sched.next_wakeup() - timezone.now().timestamp()
+    assert 25 < wakeup <= 61
+    assert sched.release() == []
+
+
+def test_transient_errors_fail_the_job_with_the_last_error_after_the_maximum(job, settings,
+                                                                           django_capture_on_commit_callbacks):
+    settings.FAIRLANE_MAX_ATTEMPTS = 3
+    outcomes = []
+    for _ in range(3):
+        with django_capture_on_commit_callbacks(execute=True):
+            outcomes.append(run(job, raising(TransientError("storage unavailable"))))
+    job.refresh_from_db()
+    assert outcomes == [dispatch.HANDED_BACK, dispatch.HANDED_BACK, None]
+    assert job.status == "failed" and job.error_code == "transient_error" and job.attempts == 3
+    assert "Gave up after 3 attempts" in job.error_message
+    assert list(JobAttempt.objects.filter(job=job).values_list("outcome", flat=True)) == ["retry", "retry", "failed"]
+
+
+def test_a_permanent_error_fails_at_once_without_a_retry(job):
+    assert run(job, raising(JobError("not_media", "This is not a media file."))) is None
+    job.refresh_from_db()
+    assert (job.status, job.error_code, job.attempts) == ("failed", "not_media", 1)
+
+
+def test_a_soft_time_limit_fails_unless_the_probe_showed_a_bigger_job(job, settings,
+                                                                       django_capture_on_commit_callbacks):
+    def bigger_than_thought(attempt):
+        Job.objects.filter(id=attempt.job.id).update(cost_estimate=1000)
+        raise SoftTimeLimitExceeded()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run(job, bigger_than_thought, soft=130) == dispatch.HANDED_BACK
+    job.refresh_from_db()
+    assert job.status == "queued"
+    assert services.job_time_limits(job)["soft_time_limit"] > 130  # the next attempt gets the bigger limit
+
+    assert run(job, raising(SoftTimeLimitExceeded()), soft=services.job_time_limits(job)["soft_time_limit"]) is None
+    job.refresh_from_db()
+    assert (job.status, job.error_code) == ("failed", "timeout")
+
+
+def test_a_worker_child_lost_mid_job_requeues_it_and_the_third_loss_fails_it(job, sched, settings,
+                                                                            django_capture_on_commit_callbacks):
+    settings.FAIRLANE_MAX_ATTEMPTS = 3
+    settings.FAIRLANE_RETRY_BASE_DELAY_S = 0
+    for expected in ("queued", "queued", "failed"):
+        services.job_start(job_id=str(job.id))
+        # the claim recorded this process as the worker; a dead child is a pid that is gone
+        JobAttempt.objects.filter(job=job, finished_at__isnull=True).update(
+            worker=services.worker_id().rsplit(":", 1)[0] + ":999999999")
+        with django_capture_on_commit_callbacks(execute=True):
+            attempts.job_worker_lost(job_id=str(job.id), reason="lost")
+        job.refresh_from_db()
+        assert job.status == expected
+    assert job.error_code == "resource_limit"
+    assert sched.known(str(job.id)) is None  # the slot is free again
+
+
+def test_a_lost_worker_that_never_claimed_its_job_hands_it_back_untouched(job, sched,
+                                                                          django_capture_on_commit_callbacks):
+    attempts.job_worker_lost(job_id=str(job.id), reason="lost")
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == ("queued", 0)
+    assert sched.known(str(job.id)) == "released"  # handed back and released again at once
+
+
+def test_a_lost_report_about_a_job_another_live_process_runs_changes_nothing(job):
+    services.job_start(job_id=str(job.id))  # claimed by this (live) process
+    attempts.job_worker_lost(job_id=str(job.id), reason="lost")
+    job.refresh_from_db()
+    assert job.status == "running"
+
+
+def test_expired_leases_are_recovered_and_live_ones_left_alone(job, make_user, django_capture_on_commit_callbacks):
+    services.job_start(job_id=str(job.id))
+    other = Job.objects.create(upload=job.upload, owner=job.owner, lane="cpu-transcode", queued_at=timezone.now())
+    services.job_start(job_id=str(other.id))
+    Job.objects.filter(id=job.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert attempts.jobs_recover_expired() == 1
+    job.refresh_from_db()
+    other.refresh_from_db()
+    assert (job.status, other.status) == ("queued", "running")
+    assert JobAttempt.objects.get(job=job).outcome == "lost"
+
+
+def test_a_stopping_worker_hands_back_a_job_it_has_not_started(job, sched, django_capture_on_commit_callbacks):
+    dispatch.set_draining("cpu@test-host", True)
+    try:
+        assert run(job, raising(AssertionError("must not run"))) == dispatch.HANDED_BACK
+    finally:
+        dispatch.set_draining("cpu@test-host", False)
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == ("queued", 0)
+    # back at the front of its user's backlog with its charge refunded; then released again
+    assert sched.known(str(job.id)) in ("held", "released")
+
+
+def test_an_interrupted_job_is_handed_back_without_counting_as_a_failed_attempt(job,
+                                                                               django_capture_on_commit_callbacks):
+    services.job_start(job_id=str(job.id))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert attempts.job_interrupt(job_id=str(job.id)) is True
+    job.refresh_from_db()
+    assert job.status == "queued"
+    assert JobAttempt.objects.get(job=job).outcome == "interrupted"
+    assert JobAttempt.objects.filter(job=job, outcome__in=attempts.FAILED_OUTCOMES).count() == 0

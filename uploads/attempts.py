@@ -1,0 +1,334 @@
+"""One attempt at a job, and everything that can end an attempt badly.
+
+Delivery is at least once (acks_late), and workers die, stall and get
+deployed away, so an attempt is never trusted to end well:
+
+- It starts only through the guarded claim (services.job_start), which
+  numbers it; that number fences every later write of the attempt, so a
+  worker that was presumed dead and replaced cannot publish or fail the job.
+- It holds a lease in the database, renewed by a thread every third of
+  FAIRLANE_JOB_LEASE_S. A worker that dies or stalls (SIGKILL, OOM, power
+  loss, SIGSTOP) stops renewing; `jobs_recover_expired`, run by every
+  worker's ticker, offers its job again within lease + sweep interval.
+- A prefork child that dies is seen at once by its parent (Celery's
+  task_failure with WorkerLostError, project/fair_worker.py), which calls
+  `job_worker_lost` instead of waiting for the lease.
+- Transient errors (database, Redis, storage, TransientError) send the job
+  round again after an exponential backoff with jitter, through the fair
+  dispatcher at the front of its owner's backlog; permanent ones (JobError)
+  fail it at once. Attempts that ended lost or retried count toward
+  FAIRLANE_MAX_ATTEMPTS, after which the job fails with the last error:
+  a file that kills its worker every time ends `resource_limit` instead of
+  looping forever (Celery's reject_on_worker_lost would requeue it forever).
+- A worker that is stopping (SIGTERM) takes no new job and hands back the
+  ones it was given but had not started; after its grace period it hands
+  back running ones too (`job_interrupt`), which notice at their next
+  progress write and clean up. Neither counts as a failed attempt.
+
+Every path here ends in exactly one of: the job's terminal state, or the
+job queued and offered to the dispatcher again (services.job_hand_back).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
+from django.utils import timezone
+
+from project import dispatch, metrics
+from project.lanes import Lane
+from uploads import services
+from uploads.errors import JobError, TransientError
+from uploads.models import Job, JobAttempt
+
+log = logging.getLogger(__name__)
+
+# Worth another attempt: the same work may well succeed in a moment.
+TRANSIENT_ERRORS = (TransientError, OperationalError, InterfaceError, redis.ConnectionError, redis.TimeoutError,
+                    OSError)
+# Attempt outcomes that count toward FAIRLANE_MAX_ATTEMPTS. "interrupted"
+# (a deploy) does not: a job must not fail because workers were restarted.
+FAILED_OUTCOMES = ("retry", "lost")
+
+
+class AttemptLost(Exception):
+    """The job is no longer this attempt's: canceled, handed back by a
+    stopping worker, or taken over after this attempt's lease ran out."""
+
+
+@dataclass
+class Attempt:
+    """What the work function of a job gets: the job, its attempt number,
+    and the one way to report progress (which is also where it learns that
+    it must stop)."""
+
+    job: Job
+    number: int
+    _lost: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def outputs_dir(self) -> Path:
+        """Where this attempt publishes: one folder per attempt, so a replaced
+        attempt that still finishes can never overwrite the live one's files."""
+        return Path(settings.MEDIA_ROOT) / "outputs" / str(self.job.id) / str(self.number)
+
+    def progress(self, percent: int, *, checkpoint: dict | None = None) -> None:
+        """Record progress (and a checkpoint to resume from); raises
+        AttemptLost when the job is no longer this attempt's."""
+        if self._lost.is_set() or not services.job_progress_set(
+                job_id=str(self.job.id), progress=percent, attempt=self.number, checkpoint=checkpoint):
+            raise AttemptLost(str(self.job.id))
+
+
+Work = Callable[[Attempt], list[services.OutputFile]]
+
+
+def retry_delay_s(failures: int) -> float:
+    """Exponential backoff with jitter: half of base * 2^(n-1) fixed, half
+    random, so retries of many jobs that failed together spread out."""
+    ceiling = min(settings.FAIRLANE_RETRY_MAX_DELAY_S, settings.FAIRLANE_RETRY_BASE_DELAY_S * 2 ** max(0, failures - 1))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def _lease_keeper(job_id: str, number: int, lost: threading.Event, done: threading.Event) -> None:
+    """Renew the attempt's lease until `done`; set `lost` when it is no
+    longer the job's running attempt. Its own database connection, closed
+    on the way out (threads do not share Django connections)."""
+    every = settings.FAIRLANE_JOB_LEASE_S / 3
+    try:
+        while not done.wait(every):
+            try:
+                if not services.job_lease_renew(job_id=job_id, attempt=number):
+                    lost.set()
+                    return
+            except (OperationalError, InterfaceError):  # database blip: the next round tries again
+                log.warning("could not renew the lease of job %s attempt %d", job_id, number)
+                close_old_connections()
+    finally:
+        connection.close()
+
+
+def _elapsed_s(job: Job) -> float:
+    return max(0.0, (timezone.now() - job.started_at).total_seconds()) if job.started_at else 0.0
+
+
+def _requeue_or_give_up(job: Job, number: int, *, outcome: str, code: str, message: str,
+                        exhausted_code: str | None = None, delay_s: float | None = None) -> bool:
+    """End attempt `number` as `outcome` and queue the job again after a
+    backoff; or, when it has used up FAIRLANE_MAX_ATTEMPTS, fail it with the
+    last error. Returns True when the job was queued again. Only the job's
+    current attempt can do either (the attempt number fences)."""
+    job_id = str(job.id)
+    failures = JobAttempt.objects.filter(job_id=job_id, outcome__in=FAILED_OUTCOMES).count() + 1
+    if failures >= settings.FAIRLANE_MAX_ATTEMPTS:
+        services.job_fail(job_id=job_id, code=exhausted_code or code, attempt=number,
+                          message=f"{message} Gave up after {failures} attempts.")
+        log.warning("job %s failed for good after %d attempts: %s", job_id, failures, code)
+        return False
+    delay = retry_delay_s(failures) if delay_s is None else delay_s
+    return _requeue(job, number, outcome=outcome, code=code, message=message, delay_s=delay)
+
+
+def _requeue(job: Job, number: int, *, outcome: str, code: str = "", message: str = "", delay_s: float = 0.0) -> bool:
+    job_id = str(job.id)
+    now = timezone.now()
+    actual_cost = _elapsed_s(job)
+    with transaction.atomic():
+        requeued = Job.objects.filter(id=job_id, status=Job.Status.RUNNING, attempts=number).update(
+            status=Job.Status.QUEUED, queued_at=now, progress=0, lease_expires_at=None)
+        if not requeued:
+            return False
+        JobAttempt.objects.filter(job_id=job_id, number=number, finished_at__isnull=True).update(
+            finished_at=now, outcome=outcome, error_code=code[:64], error_message=message)
+        due = time.time() + delay_s if delay_s > 0 else None
+        transaction.on_commit(lambda: services.job_hand_back(job, actual_cost=actual_cost, due=due))
+    metrics.count_event(lane=Lane.CPU_TRANSCODE, event=outcome)
+    log.info("job %s attempt %d %s (%s); offered again in %.1f s", job_id, number, outcome, code or "-", delay_s)
+    return True
+
+
+def _still_owed_a_run(job_id: str) -> str | None:
+    """After this delivery let go of a job: HANDED_BACK when the job is queued
+    or running elsewhere (the scheduler still owes it a run, so this delivery
+    must not report a finish), None when it is over (canceled, finished)."""
+    status = Job.objects.filter(id=job_id).values_list("status", flat=True).first()
+    return dispatch.HANDED_BACK if status in (Job.Status.QUEUED, Job.Status.RUNNING) else None
+
+
+def _dropped(job_id: str) -> str | None:
+    """A delivery of a job that is running elsewhere or already over: Celery
+    delivers at least once, so this is expected now and then; it is logged
+    (services.job_start) and counted, and the message is acknowledged."""
+    metrics.count_event(lane=Lane.CPU_TRANSCODE, event="duplicate_delivery")
+    return _still_owed_a_run(job_id)
+
+
+def job_attempt_run(*, job_id: str, hostname: str, soft_limit_s: float | None, work: Work) -> str | None:
+    """Run one delivery of a job: claim it, keep its lease, run `work`,
+    publish or fail or retry. Returns dispatch.HANDED_BACK when the job is
+    owed another run (the caller's task returns it, see project/fair_worker),
+    else None."""
+    if hostname and dispatch.is_draining(hostname):
+        job = Job.objects.filter(id=job_id, status=Job.Status.QUEUED).first()
+        if job is not None:
+            services.job_hand_back(job)
+            log.info("job %s given back untouched: worker %s is stopping", job_id, hostname)
+            return dispatch.HANDED_BACK
+    job = services.job_start(job_id=job_id)
+    if job is None:
+        return _dropped(job_id)
+    attempt = Attempt(job=job, number=job.attempts)
+    done = threading.Event()
+    keeper = threading.Thread(target=_lease_keeper, args=(job_id, attempt.number, attempt._lost, done),
+                              name=f"lease-{job_id}", daemon=True)
+    keeper.start()
+    try:
+        return _run(job, attempt, soft_limit_s, work)
+    finally:
+        done.set()
+        keeper.join(timeout=5)
+
+
+def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work) -> str | None:
+    job_id, number = str(job.id), attempt.number
+    published = False
+    try:
+        outputs = work(attempt)
+        published = services.job_succeed(job_id=job_id, outputs=outputs, attempt=number)
+        if not published:
+            log.info("job %s attempt %d finished but no longer owns the job; outputs discarded", job_id, number)
+            return _still_owed_a_run(job_id)
+        return None
+    except AttemptLost:
+        log.info("job %s attempt %d stopped: the job is no longer this attempt's", job_id, number)
+        return _still_owed_a_run(job_id)
+    except JobError as exc:
+        log.info("job %s failed: %s: %s", job_id, exc.code, exc.message)
+        services.job_fail(job_id=job_id, code=exc.code, message=exc.message, attempt=number)
+        return None
+    except SoftTimeLimitExceeded:
+        return _on_soft_time_limit(job_id, number, soft_limit_s)
+    except TRANSIENT_ERRORS as exc:
+        log.warning("job %s attempt %d hit a transient error: %r", job_id, number, exc)
+        message = f"A temporary problem interrupted processing ({type(exc).__name__}); it will be retried."
+        if not connection.in_atomic_block:  # a dead database connection is replaced, not reused
+            close_old_connections()
+        requeued = _requeue_or_give_up(job, number, outcome="retry", code="transient_error", message=message)
+        return dispatch.HANDED_BACK if requeued else None
+    except Exception:
+        # A bug, not the user's file: fail the job so it does not sit in
+        # `running` forever, and keep the traceback in the log.
+        log.exception("job %s failed with an internal error", job_id)
+        services.job_fail(job_id=job_id, code="internal_error", attempt=number,
+                          message="Processing failed because of an internal error; it has been logged.")
+        return None
+    finally:
+        if not published:
+            shutil.rmtree(attempt.outputs_dir, ignore_errors=True)
+
+
+def _on_soft_time_limit(job_id: str, number: int, soft_limit_s: float | None) -> str | None:
+    """The policy for a soft time limit: retry when the probe has since shown
+    the job to be bigger than the estimate its limit came from (the next
+    attempt gets a limit from the better estimate); otherwise fail."""
+    job = Job.objects.get(id=job_id)
+    limit = int(soft_limit_s or 0)
+    message = f"Processing took longer than its time limit ({limit} s) and was stopped."
+    if soft_limit_s and services.job_time_limits(job)["soft_time_limit"] > soft_limit_s * 1.2:
+        if _requeue_or_give_up(job, number, outcome="retry", code="timeout", message=message):
+            return dispatch.HANDED_BACK
+        return None
+    services.job_fail(job_id=job_id, code="timeout", message=message, attempt=number)
+    return None
+
+
+def _ran_here(job: Job) -> bool:
+    """Whether the job's running attempt was started by a process of this host."""
+    worker = JobAttempt.objects.filter(job=job, number=job.attempts).values_list("worker", flat=True).first() or ""
+    return worker.rpartition(":")[0] == socket.gethostname()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def job_worker_lost(*, job_id: str, reason: str) -> None:
+    """Called in a prefork worker's main process when the child running
+    `job_id` died (reason "lost": SIGKILL, OOM, a crash) or was killed at its
+    hard time limit ("timeout"). Celery has acknowledged the message (we run
+    with reject_on_worker_lost off: the attempt count, not Celery, decides
+    whether the job runs again)."""
+    job = Job.objects.filter(id=job_id).first()
+    if job is None or job.status in Job.TERMINAL:
+        dispatch.finish(services.job_task_name(job) if job else services.TRANSCODE_TASK, job_id)
+        return
+    if job.status == Job.Status.QUEUED:  # the child died before it claimed the job
+        services.job_hand_back(job)
+        return
+    worker = JobAttempt.objects.filter(job=job, number=job.attempts).values_list("worker", flat=True).first() or ""
+    host, _, pid = worker.rpartition(":")
+    if host != socket.gethostname() or (pid.isdigit() and _pid_alive(int(pid))):
+        return  # the running attempt is another, live process's
+    _abandon(job, reason)
+
+
+def _abandon(job: Job, reason: str) -> None:
+    """The running attempt's process is gone (or presumed gone)."""
+    number = job.attempts
+    if reason == "timeout":
+        services.job_fail(job_id=str(job.id), code="timeout", attempt=number,
+                          message="Processing passed its hard time limit and was killed.")
+        dispatch.finish(services.job_task_name(job), str(job.id))
+        return
+    if reason == "lost":
+        code, message, exhausted = ("worker_lost", "The worker processing this file stopped unexpectedly.",
+                                    "resource_limit")
+    else:
+        code, message, exhausted = ("lease_expired", "The worker processing this file stopped responding.",
+                                    "worker_lost")
+    if not _requeue_or_give_up(job, number, outcome="lost", code=code, message=message, exhausted_code=exhausted):
+        dispatch.finish(services.job_task_name(job), str(job.id))
+
+
+def jobs_recover_expired() -> int:
+    """Offer again (or fail, after FAIRLANE_MAX_ATTEMPTS) every running job
+    whose lease has run out: its worker died, lost its host, or stalled.
+    Run by every worker's ticker (project/fair_worker.py) under a lock."""
+    expired = Job.objects.filter(status=Job.Status.RUNNING, lease_expires_at__lt=timezone.now())
+    count = 0
+    for job in expired.iterator():
+        log.warning("job %s attempt %d: lease expired at %s; its worker is presumed dead",
+                    job.id, job.attempts, job.lease_expires_at)
+        _abandon(job, "expired")
+        count += 1
+    return count
+
+
+def job_interrupt(*, job_id: str) -> bool:
+    """A stopping worker's grace period is over: hand the job it is running
+    back to the front of its owner's backlog (not failed, not counted as a
+    failed attempt). The child notices at its next progress write, stops and
+    cleans up. Returns True when the job was handed back."""
+    job = Job.objects.filter(id=job_id, status=Job.Status.RUNNING).first()
+    if job is None or not _ran_here(job):
+        return False
+    return _requeue(job, job.attempts, outcome="interrupted", code="interrupted",
+                    message="The worker was stopping; the job was handed back.")
