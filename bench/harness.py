@@ -61,6 +61,9 @@ class Worker:
     starts it (the benchmarks, and the tests in tests/workers.py and
     tests/chaos, which also kill and stop it in every way there is)."""
 
+    # What the Procfile sets for a lane's worker beyond its command line.
+    PROCFILE_ENV = {"io-notify": {"DATABASE_POOL_MAX_SIZE": "16"}}
+
     def __init__(self, lane: str, *, pool: str, concurrency: int, name: str, log_dir: Path,
                  suffix: str = "bench", loglevel: str = "WARNING", env: dict | None = None,
                  extra_args: tuple[str, ...] = ("--without-heartbeat",)):
@@ -72,7 +75,7 @@ class Worker:
              "-n", self.name, "--include", "bench.tasks", "-l", loglevel,
              "--without-mingle", "--without-gossip", *extra_args],
             cwd=ROOT, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **self.PROCFILE_ENV.get(lane, {}), **(env or {})},
         )
 
     def children(self) -> list[int]:

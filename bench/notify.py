@@ -14,9 +14,12 @@ clock. The receiver de-duplicates by webhook-id: a duplicate is a message it
 accepted (2xx) more than once. A sampler counts the worker's connections in
 pg_stat_activity every 50 ms (peak, and peak active).
 
-Run both ways on the same worker settings: FAIR_DISPATCH_ENABLED=1 (the fair
-dispatcher) and 0 (plain Celery FIFO). Writes bench/results/notify.json and
-notify.png. The default run takes about 5-8 minutes on 2 cores.
+Three runs on the same worker settings (production's: DEBUG off, the
+Procfile's pool of 16 connections): `fair` (the fair dispatcher), `fifo`
+(FAIR_DISPATCH_ENABLED=0, plain Celery FIFO), and `fair-nopool` (fair, but
+every thread opens and closes its own connection around each HTTP call, as
+without the pool). Writes bench/results/notify.json and notify.png. The
+default run takes about 8-10 minutes on 2 cores.
 """
 from __future__ import annotations
 
@@ -171,7 +174,7 @@ def run_mode(mode: str, args, setup: Setup, log_dir: Path) -> dict:
     from notify.models import Delivery, Endpoint, Event
     from tests.notify.receiver import Receiver
 
-    fair = mode == "fair"
+    fair = mode != "fifo"
     settings.FAIR_DISPATCH_ENABLED = fair  # this process submits the same way the worker runs
     import redis
 
@@ -184,9 +187,12 @@ def run_mode(mode: str, args, setup: Setup, log_dir: Path) -> dict:
     tally = Tally(args.delay_ms / 1000, args.fail)
     db_url = os.environ.get("DATABASE_URL")
     worker_env = {"FAIR_DISPATCH_ENABLED": "1" if fair else "0", "NOTIFY_RETRY_BASE_S": str(args.retry_base_s),
-                  "NOTIFY_WEBHOOK_DISABLE_AFTER_FAILURES": "1000000", "LOG_LEVEL": "WARNING"}
+                  "NOTIFY_WEBHOOK_DISABLE_AFTER_FAILURES": "1000000", "LOG_LEVEL": "WARNING",
+                  "DJANGO_DEBUG": "0"}  # as in production: no query log, no debug cursor
     if db_url:
         worker_env["DATABASE_URL"] = f"{db_url}?application_name={APP_NAME}"
+    if mode == "fair-nopool":  # the same, with one connection per thread opened and closed around each call
+        worker_env["DATABASE_POOL_MAX_SIZE"] = "0"
     worker = Worker("io-notify", pool="threads", concurrency=args.concurrency, name=f"io-{mode}", log_dir=log_dir,
                     env=worker_env)
     sampler = ConnectionSampler(setup.db_name)
@@ -275,7 +281,9 @@ def main() -> int:
                         "lane's throughput is measured, not the limit)")
     parser.add_argument("--retry-base-s", type=float, default=0.5, help="first retry delay (30 s in production)")
     parser.add_argument("--timeout", type=float, default=900)
-    parser.add_argument("--modes", default="fair,fifo")
+    parser.add_argument("--modes", default="fair,fifo,fair-nopool",
+                        help="fair: the fair dispatcher (as in production); fifo: plain Celery; fair-nopool: fair "
+                        "without the io worker's connection pool")
     parser.add_argument("--out", default=str(RESULTS / "notify.json"))
     args = parser.parse_args()
 

@@ -123,6 +123,21 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # Tests share the database with real worker processes: it must be a file.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}
+# A connection pool per process (PostgreSQL), for the processes that run many
+# threads: the io-notify worker (Procfile) hands its connection back to the
+# pool before every HTTP call, so 64 threads share a few connections instead
+# of opening and closing two per delivery. 0 (the default) means no pool:
+# prefork children must not inherit a parent's pooled sockets.
+DATABASE_POOL_MAX_SIZE = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "0"))
+if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps the connections, not Django
+    # With a pool, CONN_HEALTH_CHECKS (on) makes Django check each connection
+    # as it leaves the pool, so one that died with a database restart is
+    # replaced instead of failing the next task.
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": 30,
+    }
+
 
 # --- Redis / Celery ------------------------------------------------------------
 # Embedded valkey-server on 6390 by default (make run starts it), so a Redis
