@@ -61,7 +61,7 @@ def export_create(*, owner: AbstractBaseUser, batch: uuid.UUID) -> Job:
                   queued_at=timezone.now(), cost_estimate=max(0.05, size / EXPORT_BYTES_PER_COST_SECOND))
         job.task_id = str(job.id)
         job.save()
-        transaction.on_commit(lambda: job_services.jobs_enqueue(job_ids=[str(job.id)]))
+        transaction.on_commit(lambda: job_services.jobs_enqueue(job_ids=[str(job.id)]), robust=True)
     return job
 
 

@@ -10,6 +10,12 @@ target (the owner's email, each subscribed endpoint), and each delivery's try
 is its own `notify.deliver` task, again through the fair lane: one user's
 10,000 deliveries queue behind each other, not in front of anyone else's.
 
+Outboxes. Every submit happens after commit and may find Redis down; the
+rows say what is owed, and reconcilers (run by the workers every
+FAIR_RECONCILE_S) submit it again: `Job.notify_pending` for job endings
+(`job_notifications_reconcile`), pending deliveries for tries
+(`deliveries_reconcile`).
+
 A try claims its delivery with a guarded UPDATE on (id, seq): `seq` grows
 each time a try is scheduled, so a duplicated or stale message claims
 nothing. Retries and rate-limit waits schedule the next try with `due` (the
@@ -69,11 +75,13 @@ def _enqueue(task: str, args: list, *, task_id: str, owner_id: int, due: float |
                             policy=policy, due=due)
 
 
-def job_finished_notify(*, job_id: str, owner_id: int, status: str) -> None:
-    """A job ended (called on commit): tell its owner, off the request/worker path."""
-    if status in TERMINAL_JOB_STATUSES:
-        _enqueue(TASK_JOB_FINISHED, [str(job_id), status], task_id=f"notify-job-{job_id}-{status}",
-                 owner_id=owner_id)
+def job_finished_notify(*, job_id, owner_id: int, status: str) -> bool:
+    """A job ended (called on commit): tell its owner, off the request/worker
+    path. False when the task was held already (or the status is not an end)."""
+    if status not in TERMINAL_JOB_STATUSES:
+        return False
+    return _enqueue(TASK_JOB_FINISHED, [str(job_id), status], task_id=_job_finished_task_id(job_id, status),
+                    owner_id=owner_id)
 
 
 def _deliver_task_id(delivery_id, seq: int) -> str:
@@ -142,14 +150,21 @@ def event_publish(*, owner: AbstractBaseUser, event_type: str, key: str, data: d
                 delivery.event = event
             Delivery.objects.bulk_create(targets)
             ids = [d.id for d in targets]
-            transaction.on_commit(lambda: [delivery_enqueue(delivery_id=i, seq=0, owner_id=owner.pk) for i in ids])
+            transaction.on_commit(lambda: [delivery_enqueue(delivery_id=i, seq=0, owner_id=owner.pk) for i in ids],
+                                  robust=True)
     except IntegrityError:  # published already (a redelivered task, or the batch's other last job)
         return None
     return event
 
 
+def _job_finished_task_id(job_id, status: str) -> str:
+    return f"notify-job-{job_id}-{status}"
+
+
 def job_event_process(*, job_id: str, status: str) -> None:
-    """The notify side of a job ending: its own event, then its batch's summary."""
+    """The notify side of a job ending: its own event, then its batch's
+    summary; then the job's outbox flag is cleared. Running it again (a
+    redelivery, the reconciler) publishes nothing twice: events are keyed."""
     job = Job.objects.select_related("owner", "upload").filter(id=job_id).first()
     if job is None or job.status != status:
         return  # gone, or retried since: a later ending will be reported
@@ -160,6 +175,23 @@ def job_event_process(*, job_id: str, status: str) -> None:
                       data=_job_data(job), job_id=job.id)
     if job.upload_id:
         batch_summary_publish(batch=job.upload.batch, owner=job.owner)
+    Job.objects.filter(id=job_id, status=status, finished_at=job.finished_at).update(notify_pending=False)
+
+
+def job_notifications_reconcile() -> int:
+    """The outbox of job endings (settings.FAIR_RECONCILERS): submit the
+    notify task of every ended job whose ending was not processed and whose
+    task the dispatcher does not hold (Redis was down when the job ended, or
+    lost its state since). Jobs that ended within FAIR_RECONCILE_MIN_AGE_S are
+    left to the normal path."""
+    if not dispatch.is_fair(Lane.IO_NOTIFY):
+        return 0  # plain FIFO (benchmarks' baseline): nothing tells what the broker holds
+    settled = timezone.now() - timedelta(seconds=settings.FAIR_RECONCILE_MIN_AGE_S)
+    rows = list(Job.objects.filter(notify_pending=True, finished_at__lt=settled)
+                .values_list("id", "status", "owner_id")[:10_000])
+    known = dispatch.scheduler(Lane.IO_NOTIFY).known_many([_job_finished_task_id(i, s) for i, s, _ in rows])
+    return sum(job_finished_notify(job_id=i, owner_id=o, status=s)
+               for (i, s, o), state in zip(rows, known) if state is None)
 
 
 def batch_summary_publish(*, batch, owner: AbstractBaseUser) -> Event | None:
@@ -274,7 +306,7 @@ def _reschedule(delivery: Delivery, *, due: datetime, reserved: bool) -> None:
         if updated:
             transaction.on_commit(lambda: delivery_enqueue(
                 delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, due=due,
-                reserved=reserved))
+                reserved=reserved), robust=True)
 
 
 def _webhook_attempt(delivery: Delivery, *, reserved: bool, resolver: ssrf.Resolver | None) -> str:
@@ -365,7 +397,8 @@ def _record(delivery: Delivery, *, started: datetime, answer: transport.Response
         )
         if due:
             transaction.on_commit(lambda: delivery_enqueue(
-                delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, due=due))
+                delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, due=due),
+                robust=True)
     metrics.observe_job(lane=Lane.IO_NOTIFY, kind=delivery.channel, outcome=outcome,
                         wait_s=max(0.0, (started - (delivery.next_attempt_at or delivery.created_at)).total_seconds()),
                         process_s=answer.latency_ms / 1000)
@@ -427,7 +460,7 @@ def deliveries_resend(*, delivery_ids: list, actor: AbstractBaseUser) -> int:
                                                            next_attempt_at=now, lease_until=None)
             owners[delivery_id] = (seq + 1, owner_id)
         transaction.on_commit(lambda: [delivery_enqueue(delivery_id=i, seq=s, owner_id=o)
-                                       for i, (s, o) in owners.items()])
+                                       for i, (s, o) in owners.items()], robust=True)
     log.info("%s resent %d deliveries", actor, len(owners))
     return len(owners)
 

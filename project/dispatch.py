@@ -65,7 +65,10 @@ def scheduler(lane: Lane) -> FairScheduler:
         if key not in _schedulers:
             conf = settings.FAIR_LANES[lane.value]
             _schedulers[key] = FairScheduler(
-                redis.Redis.from_url(settings.FAIR_REDIS_URL, health_check_interval=30),
+                # Timeouts: a Redis that hangs (stopped, partitioned) must fail a
+                # request or a task, never hang it; every script is O(log n).
+                redis.Redis.from_url(settings.FAIR_REDIS_URL, health_check_interval=30, socket_timeout=10,
+                                     socket_connect_timeout=5),
                 lane.value,
                 headroom=conf["headroom"],
                 default_window=conf["default_window"],

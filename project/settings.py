@@ -138,7 +138,6 @@ if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == "django.db.backe
         "min_size": 1, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": 30,
     }
 
-
 # --- Redis / Celery ------------------------------------------------------------
 # Embedded valkey-server on 6390 by default (make run starts it), so a Redis
 # already on 6379 is never touched by accident.
@@ -384,5 +383,7 @@ NOTIFY_WEBHOOK_BURST = int(os.environ.get("NOTIFY_WEBHOOK_BURST", "10"))
 NOTIFY_SENDING_LEASE_S = float(os.environ.get("NOTIFY_SENDING_LEASE_S", "120"))
 # Batch summaries list at most this many files (the counts cover all).
 NOTIFY_BATCH_LIST_MAX = int(os.environ.get("NOTIFY_BATCH_LIST_MAX", "100"))
-# Deliveries whose task the dispatcher lost are re-submitted with the jobs'.
-FAIR_RECONCILERS = [*FAIR_RECONCILERS, "notify.services.deliveries_reconcile"]
+# Job endings not yet turned into events, and deliveries whose task the
+# dispatcher lost, are re-submitted with the jobs'.
+FAIR_RECONCILERS = [*FAIR_RECONCILERS, "notify.services.job_notifications_reconcile",
+                    "notify.services.deliveries_reconcile"]

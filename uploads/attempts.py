@@ -153,7 +153,9 @@ def _requeue(job: Job, number: int, *, outcome: str, code: str = "", message: st
         JobAttempt.objects.filter(job_id=job_id, number=number, finished_at__isnull=True).update(
             finished_at=now, outcome=outcome, error_code=code[:64], error_message=message)
         due = time.time() + delay_s if delay_s > 0 else None
-        transaction.on_commit(lambda: services.job_hand_back(job, actual_cost=actual_cost, due=due))
+        # robust: the job is queued in the database; if Redis cannot take it
+        # now, the reconciler offers it again
+        transaction.on_commit(lambda: services.job_hand_back(job, actual_cost=actual_cost, due=due), robust=True)
     metrics.count_event(lane=Lane.CPU_TRANSCODE, event=outcome)
     log.info("job %s attempt %d %s (%s); offered again in %.1f s", job_id, number, outcome, code or "-", delay_s)
     return True
@@ -254,10 +256,16 @@ def _on_soft_time_limit(job_id: str, number: int, soft_limit_s: float | None) ->
     return None
 
 
+def _attempt_worker(job: Job) -> tuple[str, int | None]:
+    """(host, pid) of the process that started the job's current attempt."""
+    worker = JobAttempt.objects.filter(job=job, number=job.attempts).values_list("worker", flat=True).first() or ""
+    host, _, pid = worker.rpartition(":")
+    return host, int(pid) if pid.isdigit() else None
+
+
 def _ran_here(job: Job) -> bool:
     """Whether the job's running attempt was started by a process of this host."""
-    worker = JobAttempt.objects.filter(job=job, number=job.attempts).values_list("worker", flat=True).first() or ""
-    return worker.rpartition(":")[0] == socket.gethostname()
+    return _attempt_worker(job)[0] == socket.gethostname()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -268,6 +276,13 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _crashed_here(job: Job) -> bool:
+    """The attempt's process was on this host and is gone: it crashed (or was
+    killed), as opposed to a host that vanished or a process that stalled."""
+    host, pid = _attempt_worker(job)
+    return host == socket.gethostname() and pid is not None and not _pid_alive(pid)
 
 
 def job_worker_lost(*, job_id: str, reason: str) -> None:
@@ -283,11 +298,14 @@ def job_worker_lost(*, job_id: str, reason: str) -> None:
     if job.status == Job.Status.QUEUED:  # the child died before it claimed the job
         services.job_hand_back(job)
         return
-    worker = JobAttempt.objects.filter(job=job, number=job.attempts).values_list("worker", flat=True).first() or ""
-    host, _, pid = worker.rpartition(":")
-    if host != socket.gethostname() or (pid.isdigit() and _pid_alive(int(pid))):
+    if not _crashed_here(job):
         return  # the running attempt is another, live process's
     _abandon(job, reason)
+
+
+# Attempt error codes: a crash of the attempt's own process, and a lease that
+# ran out with nothing to tell why (its host vanished, or it stalled).
+CRASHED, EXPIRED = "worker_lost", "lease_expired"
 
 
 def _abandon(job: Job, reason: str) -> None:
@@ -298,12 +316,18 @@ def _abandon(job: Job, reason: str) -> None:
                           message="Processing passed its hard time limit and was killed.")
         dispatch.finish(services.job_task_name(job), str(job.id))
         return
+    if reason == "expired" and _crashed_here(job):
+        # The prefork parent does not always report a child that dies at once
+        # (billiard drops a job whose acknowledgement it had not read yet).
+        reason = "lost"
     if reason == "lost":
-        code, message, exhausted = ("worker_lost", "The worker processing this file stopped unexpectedly.",
-                                    "resource_limit")
+        code, message = CRASHED, "The worker processing this file stopped unexpectedly."
     else:
-        code, message, exhausted = ("lease_expired", "The worker processing this file stopped responding.",
-                                    "worker_lost")
+        code, message = EXPIRED, "The worker processing this file stopped responding."
+    # A file that has crashed its worker before is the likely cause: it is a
+    # resource problem (memory, a decoder crash), not bad luck with hosts.
+    crashed = reason == "lost" or JobAttempt.objects.filter(job=job, error_code=CRASHED).exists()
+    exhausted = "resource_limit" if crashed else CRASHED
     if not _requeue_or_give_up(job, number, outcome="lost", code=code, message=message, exhausted_code=exhausted):
         dispatch.finish(services.job_task_name(job), str(job.id))
 

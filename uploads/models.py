@@ -104,17 +104,24 @@ class Job(models.Model):
     media_info = models.JSONField(default=dict, blank=True, help_text="What the probe found.")
     # The running attempt's lease: renewed by its worker every third of
     # FAIRLANE_JOB_LEASE_S. Once it has passed, the worker is presumed dead and
-    # the job is offered again (uploads.services.jobs_recover_expired); the
+    # the job is offered again (uploads.attempts.jobs_recover_expired); the
     # attempt number is the fencing token that stops the old worker writing.
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # Long jobs (exports) save their progress here after each chunk, so that
     # the next attempt resumes instead of starting over.
     checkpoint = models.JSONField(default=dict, blank=True)
+    # Set with the terminal state, in the same UPDATE; cleared once the notify
+    # app has turned the ending into its events. The row is the outbox: when
+    # the notify task was never submitted (Redis down at that moment) or lost,
+    # notify.services.job_notifications_reconcile submits it again.
+    notify_pending = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["owner", "-created_at"]), models.Index(fields=["status", "lane"]),
-                   models.Index(fields=["status", "lease_expires_at"])]
+                   models.Index(fields=["status", "lease_expires_at"]),
+                   models.Index(fields=["finished_at"], condition=models.Q(notify_pending=True),
+                                name="job_notify_pending_idx")]
         permissions = [
             ("retry_job", "Can retry failed or canceled jobs"),
             ("cancel_job", "Can cancel queued or running jobs"),

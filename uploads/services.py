@@ -87,7 +87,9 @@ def uploads_create(
             job.save()
             uploads.append(upload)
         job_ids = [str(job_id) for job_id in Job.objects.filter(upload__in=uploads).values_list("id", flat=True)]
-        transaction.on_commit(lambda: _enqueue_committed(job_ids))
+        # robust: a Redis that is down must not turn a committed upload into an
+        # error (the client would upload again); the reconciler publishes it.
+        transaction.on_commit(lambda: _enqueue_committed(job_ids), robust=True)
     return uploads
 
 
@@ -244,7 +246,8 @@ def _finish(job_id: str, status: str, attempt: int | None = None, **fields) -> b
     if attempt is not None:
         unfinished = _this_attempt(job_id, attempt)
     updated = unfinished.update(
-        status=status, finished_at=now, process_ms=_ms_between(job.started_at, now), lease_expires_at=None, **fields
+        status=status, finished_at=now, process_ms=_ms_between(job.started_at, now), lease_expires_at=None,
+        notify_pending=True, **fields
     )
     if updated:
         process_ms = _ms_between(job.started_at, now)
@@ -257,7 +260,8 @@ def _finish(job_id: str, status: str, attempt: int | None = None, **fields) -> b
             finished_at=now, outcome=status, error_code=fields.get("error_code", ""),
             error_message=fields.get("error_message", ""),
         )
-        transaction.on_commit(lambda: notify_enqueue(job_id=job_id, owner_id=job.owner_id, status=status))
+        transaction.on_commit(lambda: notify_enqueue(job_id=job_id, owner_id=job.owner_id, status=status),
+                              robust=True)  # notify_pending is the outbox
     return bool(updated)
 
 
@@ -303,9 +307,9 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
         Output.objects.filter(job_id__in=ids).delete()
         Job.objects.filter(id__in=ids).update(
             status=Job.Status.QUEUED, queued_at=now, progress=0, error_code="", error_message="",
-            started_at=None, finished_at=None, wait_ms=None, process_ms=None, checkpoint={},
+            started_at=None, finished_at=None, wait_ms=None, process_ms=None, checkpoint={}, notify_pending=False,
         )
-        transaction.on_commit(lambda: jobs_enqueue(job_ids=[str(i) for i in ids]))
+        transaction.on_commit(lambda: jobs_enqueue(job_ids=[str(i) for i in ids]), robust=True)
     log.info("%s retried %d job(s): %s", actor, len(ids), [str(i) for i in ids])
     return jobs
 
@@ -326,6 +330,8 @@ def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]
         for job in canceled:
             by_task.setdefault(job_task_name(job), []).append(str(job.id))
         ids = [str(job.id) for job in canceled]
-        transaction.on_commit(lambda: [dispatch.cancel(task, task_ids) for task, task_ids in by_task.items()])
+        # robust: a released job that was not withdrawn is dropped by its guarded start
+        transaction.on_commit(lambda: [dispatch.cancel(task, task_ids) for task, task_ids in by_task.items()],
+                              robust=True)
     log.info("%s canceled %d job(s): %s", actor, len(canceled), ids)
     return canceled

@@ -63,9 +63,9 @@ class Cluster:
         worker.wait_ready()
         return worker
 
-    def start_io(self) -> Worker:
+    def start_io(self, **extra: str) -> Worker:
         worker = Worker("io-notify", pool="threads", concurrency=8, name="io", log_dir=self.log_dir,
-                        suffix="chaos", loglevel="INFO", env=self.env(), extra_args=())
+                        suffix="chaos", loglevel="INFO", env=self.env(**extra), extra_args=())
         self.workers["io"] = worker
         worker.wait_ready()
         return worker

@@ -184,3 +184,41 @@ def test_an_interrupted_job_is_handed_back_without_counting_as_a_failed_attempt(
     assert job.status == "queued"
     assert JobAttempt.objects.get(job=job).outcome == "interrupted"
     assert JobAttempt.objects.filter(job=job, outcome__in=attempts.FAILED_OUTCOMES).count() == 0
+
+
+def _expire_attempt(job: Job, *, worker: str) -> None:
+    """The running attempt's lease ran out; its worker was `worker` (host:pid)."""
+    JobAttempt.objects.filter(job=job, finished_at__isnull=True).update(worker=worker)
+    Job.objects.filter(id=job.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+
+def test_a_crash_noticed_only_by_the_lease_sweep_still_counts_as_a_crash(job, settings,
+                                                                        django_capture_on_commit_callbacks):
+    """The prefork parent does not always report a child that died at once
+    (billiard loses the job when the child dies before its acknowledgement is
+    read); the sweep then sees the attempt's process gone from this host."""
+    settings.FAIRLANE_MAX_ATTEMPTS = 3
+    settings.FAIRLANE_RETRY_BASE_DELAY_S = 0
+    this_host = services.worker_id().rsplit(":", 1)[0]
+    for _ in range(3):
+        services.job_start(job_id=str(job.id))
+        _expire_attempt(job, worker=f"{this_host}:999999999")  # no such process
+        with django_capture_on_commit_callbacks(execute=True):
+            assert attempts.jobs_recover_expired() == 1
+    job.refresh_from_db()
+    assert (job.status, job.error_code) == ("failed", "resource_limit")
+    assert list(JobAttempt.objects.filter(job=job).values_list("error_code", flat=True)) == ["worker_lost"] * 2 + [
+        "resource_limit"]
+
+
+def test_a_job_whose_hosts_kept_vanishing_fails_as_worker_lost(job, settings, django_capture_on_commit_callbacks):
+    settings.FAIRLANE_MAX_ATTEMPTS = 2
+    settings.FAIRLANE_RETRY_BASE_DELAY_S = 0
+    for _ in range(2):
+        services.job_start(job_id=str(job.id))
+        _expire_attempt(job, worker="another-host:4242")  # nothing here can tell a crash from a lost host
+        with django_capture_on_commit_callbacks(execute=True):
+            attempts.jobs_recover_expired()
+    job.refresh_from_db()
+    assert (job.status, job.error_code) == ("failed", "worker_lost")
+    assert JobAttempt.objects.filter(job=job, number=1).get().error_code == "lease_expired"
