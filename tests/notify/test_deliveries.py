@@ -139,6 +139,21 @@ def test_dns_rebinding_to_a_private_address_is_refused_at_connect_time(
     assert "10.0.0.7" in delivery.last_error and delivery.last_status_code is None
 
 
+def test_a_live_receiver_on_an_internal_address_gets_nothing_once_internal_targets_are_refused(
+        alice, make_endpoint, receiver, fast_retries, redis_client):
+    """The connect-time check with the system's resolver: `localhost` names
+    the live receiver on 127.0.0.1, which answers when loopback is allowed
+    (tests) and is never contacted when it is not (production)."""
+    endpoint = make_endpoint(alice, receiver.url.replace("127.0.0.1", "localhost"))
+    assert attempt(deliver(alice, endpoint, key="allowed")) == "succeeded"
+    fast_retries.NOTIFY_WEBHOOK_ALLOW_LOOPBACK = False
+    refused = deliver(alice, endpoint, key="refused")
+    assert attempt(refused) == "failed"  # no retry: an internal address is not an outage
+    assert len(receiver.received()) == 1
+    refused.refresh_from_db()
+    assert refused.last_error.startswith("url_not_public") and refused.last_status_code is None
+
+
 def test_the_database_connection_is_released_during_the_http_call(alice, make_endpoint, fast_retries, redis_client):
     db = connections["default"]  # this thread's connection, the one a worker thread would hold
     seen = []
