@@ -10,12 +10,19 @@ and media.png and prints a table.
 2. Threads per ffmpeg versus lane concurrency on this machine: the same N
    clips through the single-pass ladder with (concurrency x threads) of
    1x1, 2x1, 1x2, 2x2; throughput in clips per minute.
-3. Orchestration overhead: the worker's media work (probe, the pipeline with
-   its checks and bookkeeping) versus the bare ffmpeg command it runs, best
-   of REPEATS each. Database writes and the Celery hop are not in it (a few
-   milliseconds per job).
+3. Orchestration overhead: a real job end to end versus the bare ffmpeg
+   command it runs. The job goes the whole way: the upload service stores
+   the file and commits the Job row, the fair dispatcher releases it, one
+   real Celery prefork worker (concurrency 1, as one slot of the lane) claims
+   it, probes, runs that same ffmpeg command under its watchdog, publishes
+   the outputs and records the result; its time is the row's created_at to
+   finished_at. The bare command runs alone, the same way, interleaved with
+   the jobs; medians of OVERHEAD_REPEATS pairs, for clips of
+   OVERHEAD_SECONDS, and the overhead as the median of the pairs' relative
+   differences.
 
-Clips are short (BENCH_SECONDS) so the run takes about a minute on 2 cores.
+A private Redis and a scratch SQLite database (bench/harness.py). About
+five minutes on 2 cores; the ladder and lane parts use BENCH_SECONDS clips.
 """
 from __future__ import annotations
 
@@ -23,19 +30,17 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import django
+from bench.harness import Environment, Worker
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-django.setup()
-
-from tests.media import make_video  # noqa: E402
-from transcoding import ffmpeg, ladder, pipelines  # noqa: E402
-from transcoding.probe import probe_file  # noqa: E402
+# Django is set up by the Environment (its private Redis and database) in
+# main(); these are imported after it.
+ffmpeg = ladder = probe_file = make_video = None
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BENCH_SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))
@@ -43,7 +48,10 @@ CLIPS = int(os.environ.get("BENCH_CLIPS", "3"))
 SOURCE_SIZE = "1920x1080"
 SOURCE_ARGS = ("-c:v", "libx264", "-preset", "veryfast", "-crf", "18", "-pix_fmt", "yuv420p")
 LANES = ((1, 1), (2, 1), (1, 2), (2, 2))  # (concurrency, threads per ffmpeg)
-REPEATS = 3
+OVERHEAD_SECONDS = tuple(int(s) for s in os.environ.get("BENCH_OVERHEAD_SECONDS", "1,3,10").split(","))
+# Runs on this shared machine vary by +-10%: enough pairs for the median
+# to settle at the few-percent level (longer clips vary less).
+OVERHEAD_REPEATS = {1: 9, 3: 9}  # others: 5
 
 
 def _children_cpu() -> float:
@@ -119,17 +127,68 @@ def lanes(src: Path, work: Path) -> list[dict]:
     return rows
 
 
-def overhead(src: Path, work: Path) -> dict:
-    bare, full = [], []
-    for i in range(REPEATS):
-        bare_dir, full_dir = work / f"bare{i}", work / f"full{i}"
-        bare_dir.mkdir()
-        full_dir.mkdir()
-        args = ladder.plan(src, bare_dir, probe_file(src), threads=1).args
-        bare.append(_measure(lambda args=args: ffmpeg.run(args, duration_s=BENCH_SECONDS))["wall_s"])
-        full.append(_measure(lambda d=full_dir: pipelines.video(src, d, probe_file(src), lambda pct: None))["wall_s"])
-    return {"bare_ffmpeg_s": min(bare), "worker_media_s": min(full),
-            "overhead_pct": round(100 * (min(full) - min(bare)) / min(bare), 2)}
+def _bare(src: Path, out: Path) -> float:
+    """Wall seconds of the ladder command a job would run on `src`, alone."""
+    out.mkdir(parents=True)
+    probe = probe_file(src)
+    args = ladder.plan(src, out, probe, threads=1).args
+    started = time.monotonic()
+    ffmpeg.run(args, duration_s=probe.duration_s)
+    return time.monotonic() - started
+
+
+def _job(src: Path, owner) -> dict:
+    """One upload through the service, run by the worker; its row's times."""
+    from django.core.files.uploadedfile import UploadedFile
+
+    from uploads import services
+    from uploads.models import Job
+
+    with open(src, "rb") as fh:
+        [upload] = services.uploads_create(owner=owner, files=[UploadedFile(
+            fh, name=src.name, content_type="video/mp4", size=src.stat().st_size)])
+    job = upload.jobs.get()
+    while job.status not in Job.TERMINAL:  # the row's own times are measured, not this loop's
+        time.sleep(0.25)  # rarely: this process must not take CPU from the ffmpeg being measured
+        job.refresh_from_db()
+    if job.status != Job.Status.SUCCEEDED:
+        raise RuntimeError(f"benchmark job {job.id} {job.status}: {job.error}")
+    return {"job_s": (job.finished_at - job.created_at).total_seconds(), "process_s": job.process_ms / 1000,
+            "wait_s": job.wait_ms / 1000}
+
+
+def overhead(work: Path) -> list[dict]:
+    """Per clip length: median bare ffmpeg versus median job, interleaved."""
+    from django.contrib.auth import get_user_model
+
+    owner = get_user_model().objects.create_user("bench-media")
+    worker = Worker("cpu-transcode", pool="prefork", concurrency=1, name="cpu-media", log_dir=work)
+    rows = []
+    try:
+        worker.wait_ready()
+        for seconds in OVERHEAD_SECONDS:
+            src = make_video(work / f"overhead-{seconds}s.mp4", seconds=seconds, size=SOURCE_SIZE,
+                             video_args=SOURCE_ARGS)
+            _job(src, owner)  # warm-up: the worker's first job imports and connects
+            bare, jobs = [], []
+            for i in range(OVERHEAD_REPEATS.get(seconds, 5)):
+                bare.append(_bare(src, work / f"bare-{seconds}-{i}"))
+                jobs.append(_job(src, owner))
+            job_s = statistics.median(j["job_s"] for j in jobs)
+            bare_s = statistics.median(bare)
+            # Each job runs right after its bare twin: the median of the
+            # pairs' differences is less sensitive to the machine's drift.
+            paired = statistics.median((j["job_s"] - b) / b for j, b in zip(jobs, bare))
+            rows.append({
+                "clip_s": seconds, "repeats": len(bare), "bare_ffmpeg_s": round(bare_s, 3),
+                "job_s": round(job_s, 3), "job_processing_s": round(statistics.median(j["process_s"] for j in jobs), 3),
+                "job_wait_s": round(statistics.median(j["wait_s"] for j in jobs), 3),
+                "overhead_s": round(job_s - bare_s, 3), "overhead_pct": round(100 * paired, 2),
+                "bare_runs_s": [round(b, 3) for b in bare], "job_runs_s": [round(j["job_s"], 3) for j in jobs],
+            })
+    finally:
+        worker.stop()
+    return rows
 
 
 def plot(result: dict, path: Path) -> None:
@@ -137,7 +196,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4))
     names = ["single_pass", "per_output"]
     x = range(len(names))
     a.bar([i - 0.2 for i in x], [result["ladder"][n]["cpu_s"] for n in names], 0.4, label="CPU s")
@@ -150,20 +209,37 @@ def plot(result: dict, path: Path) -> None:
     b.set_xlabel("lane concurrency x ffmpeg threads")
     b.set_ylabel("clips per minute")
     b.set_title(f"{CLIPS} clips on {os.cpu_count()} cores")
+    rows = result["overhead"]
+    x = range(len(rows))
+    c.bar([i - 0.2 for i in x], [r["bare_ffmpeg_s"] for r in rows], 0.4, label="bare ffmpeg")
+    c.bar([i + 0.2 for i in x], [r["job_s"] for r in rows], 0.4, label="job, end to end")
+    for i, r in enumerate(rows):
+        c.annotate(f"{r['overhead_pct']:+.1f}%", (i + 0.2, r["job_s"]), ha="center", va="bottom")
+    c.set_xticks(list(x), [f"{r['clip_s']} s clip" for r in rows])
+    c.set_ylabel("wall s (median)")
+    c.set_title("orchestration overhead")
+    c.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
 
 def main() -> None:
+    global ffmpeg, ladder, probe_file, make_video
+    env = Environment()
+    from tests.media import make_video
+    from transcoding import ffmpeg, ladder
+    from transcoding.probe import probe_file
+
     work = Path(tempfile.mkdtemp(prefix="bench-media-"))
     try:
         src = make_video(work / "src.mp4", seconds=BENCH_SECONDS, size=SOURCE_SIZE, video_args=SOURCE_ARGS)
         result = {"cores": os.cpu_count(), "clip": f"{SOURCE_SIZE} {BENCH_SECONDS:g} s h264 CRF 18 + aac",
                   "clips": CLIPS,
                   "ladder": ladder_vs_per_output(src, work), "lanes": lanes(src, work),
-                  "overhead": overhead(src, work)}
+                  "overhead": overhead(work)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        env.close()
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "media.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, RESULTS / "media.png")
@@ -178,9 +254,10 @@ def main() -> None:
     for r in result["lanes"]:
         print(f"{r['concurrency']} x {r['threads']:<17} | {r['wall_s']:>13.2f} | {r['cpu_s']:>6.2f} | "
               f"{r['cores_busy']:>10.2f} | {r['clips_per_min']:>9.2f} | {r['load_before']:>5.2f}")
-    o = result["overhead"]
-    print(f"\nbare ffmpeg {o['bare_ffmpeg_s']:.2f} s, probe + pipeline {o['worker_media_s']:.2f} s: "
-          f"overhead {o['overhead_pct']:.1f} %")
+    print("\nclip | bare ffmpeg s | job s (created -> finished) | of which waiting | overhead")
+    for o in result["overhead"]:
+        print(f"{o['clip_s']:>3} s | {o['bare_ffmpeg_s']:>13.2f} | {o['job_s']:>27.2f} | {o['job_wait_s']:>16.3f} | "
+              f"{o['overhead_s']:+.2f} s ({o['overhead_pct']:+.1f} %)")
 
 
 if __name__ == "__main__":
