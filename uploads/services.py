@@ -23,7 +23,7 @@ from project import dispatch, logcontext, metrics
 from project.dispatch import KeyPolicy
 from project.lanes import Lane
 from uploads.errors import ApplicationError
-from uploads.models import Job, JobAttempt, Output, Profile, Upload
+from uploads.models import Job, JobAttempt, Output, Profile, Upload, upload_path
 
 log = logging.getLogger(__name__)
 
@@ -69,27 +69,36 @@ def uploads_create(
         )
     batch = uuid.uuid4()
     uploads: list[Upload] = []
-    with transaction.atomic():
-        now = timezone.now()
-        for f in files:
-            upload = Upload(
-                owner=owner,
-                batch=batch,
-                filename=(f.name or "upload")[:255],
-                size=f.size,
-                client_content_type=(f.content_type or "")[:255],
-            )
-            upload.file.save("upload", f, save=False)
-            upload.save()
-            job = Job(upload=upload, owner=owner, lane=Lane.CPU_TRANSCODE, queued_at=now,
-                      scheduled_for=scheduled_for, cost_estimate=cost_estimate_for_size(f.size))
-            job.task_id = str(job.id)  # the Celery task id is the job id (Flower, TaskResult, admin search)
-            job.save()
-            uploads.append(upload)
-        job_ids = [str(job_id) for job_id in Job.objects.filter(upload__in=uploads).values_list("id", flat=True)]
-        # robust: a Redis that is down must not turn a committed upload into an
-        # error (the client would upload again); the reconciler publishes it.
-        transaction.on_commit(lambda: _enqueue_committed(job_ids), robust=True)
+    written: list[str] = []  # stored files, removed again if the transaction does not commit
+    try:
+        with transaction.atomic():
+            now = timezone.now()
+            for f in files:
+                upload = Upload(
+                    owner=owner,
+                    batch=batch,
+                    filename=(f.name or "upload")[:255],
+                    size=f.size,
+                    client_content_type=(f.content_type or "")[:255],
+                )
+                # The name is known before writing, so that a file that fails
+                # half-way through is removed too.
+                written.append(upload_path(upload, ""))
+                upload.file.name = upload.file.storage.save(written[-1], f)
+                upload.save()
+                job = Job(upload=upload, owner=owner, lane=Lane.CPU_TRANSCODE, queued_at=now,
+                          scheduled_for=scheduled_for, cost_estimate=cost_estimate_for_size(f.size))
+                job.task_id = str(job.id)  # the Celery task id is the job id (Flower, TaskResult, admin search)
+                job.save()
+                uploads.append(upload)
+            job_ids = [str(job_id) for job_id in Job.objects.filter(upload__in=uploads).values_list("id", flat=True)]
+            # robust: a Redis that is down must not turn a committed upload into
+            # an error (the client would upload again); the reconciler publishes it.
+            transaction.on_commit(lambda: _enqueue_committed(job_ids), robust=True)
+    except BaseException:
+        for name in written:  # the rows are rolled back: their files must not linger
+            Upload.file.field.storage.delete(name)
+        raise
     return uploads
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from uploads import services
 from uploads.models import Job, Upload
@@ -43,3 +44,29 @@ def test_progress_is_clamped_and_only_moves_while_running(job):
     services.job_progress_set(job_id=job.id, progress=150)
     job.refresh_from_db()
     assert job.progress == 100
+
+
+class _BreaksWhileRead(SimpleUploadedFile):
+    """An uploaded file whose temporary copy fails to read half-way (a full
+    or failing disk under the upload handler)."""
+
+    def chunks(self, chunk_size=None):
+        yield b"first part"
+        raise OSError(5, "Input/output error")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_that_fails_half_way_leaves_no_rows_no_files_and_enqueues_nothing(make_user, redis_client, settings):
+    from pathlib import Path
+
+    from project import dispatch
+    from project.lanes import Lane
+
+    owner = make_user("owner")
+    good = SimpleUploadedFile("good.png", b"\x89PNG fine", content_type="image/png")
+    with pytest.raises(OSError):
+        services.uploads_create(owner=owner, files=[good, _BreaksWhileRead("bad.png", b"x" * 20)])
+    assert not Upload.objects.exists() and not Job.objects.exists()
+    stored = Path(settings.MEDIA_ROOT) / "uploads" / str(owner.pk)
+    assert not stored.exists() or not any(stored.iterdir())  # the first file, already written, is removed
+    assert dispatch.scheduler(Lane.CPU_TRANSCODE).snapshot()["totals"]["held"] == 0
