@@ -9,6 +9,7 @@ printed at the end of the run.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -59,6 +60,26 @@ def post(client, paths: list[Path]) -> list[str]:
             h.close()
     assert resp.status_code == 202, resp.content
     return [u["job"]["id"] for u in resp.json()["uploads"]]
+
+
+def upload_request(url: str, user, paths: list[Path]) -> urllib.request.Request:
+    """POST /api/uploads/ to a real web process, as a client sends it."""
+    boundary = uuid.uuid4().hex
+    body = b"".join(
+        f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{p.name}\"\r\n"
+        f"Content-Type: application/octet-stream\r\n\r\n".encode() + p.read_bytes() + b"\r\n" for p in paths
+    ) + f"--{boundary}--\r\n".encode()
+    return urllib.request.Request(url + "/api/uploads/", data=body, method="POST", headers={
+        "Authorization": f"Token {user.auth_token.key}", "Content-Type": f"multipart/form-data; boundary={boundary}"})
+
+
+def post_late_batch(cluster: Cluster, make_user, media) -> list[str]:
+    """After a fault: the web process (gunicorn) accepts a new upload on its
+    own reconnected clients, and its job completes like the others."""
+    with urllib.request.urlopen(upload_request(cluster.web_url, make_user(f"late-{uuid.uuid4().hex[:6]}"),
+                                               [media["image"]]), timeout=30) as resp:
+        assert resp.status == 202
+        return [u["job"]["id"] for u in json.loads(resp.read())["uploads"]]
 
 
 def submit_batch(make_user, api_client_for, media, *, videos: int = 4, images: int = 2, extra: tuple = ()):
@@ -284,14 +305,16 @@ def test_redis_restart_loses_no_job(cluster, make_user, api_client_for, media, r
         pytest.fail("run the fault-injection suite with FAIRLANE_TEST_REDIS_PERSIST=1 (bin/test does)")
     cluster.start_cpu("cpu")
     cluster.start_io()
+    cluster.start_web()
     heavy, light = submit_batch(make_user, api_client_for, media, videos=5)
     wait_for(lambda: running_job(heavy), 60, "a transcode in progress")
     done_before = Job.objects.filter(id__in=heavy + light, status__in=TERMINAL).count()
     t_fault = time.time()
     embedded_redis_restart(down_for_s=1.0)
+    late = post_late_batch(cluster, make_user, media)
     next_done = wait_for(lambda: _finished_after(heavy + light, t_fault), 90, "a job to finish after the restart")
-    wait_all_terminal(heavy + light)
-    row = promise_kept(heavy + light)
+    wait_all_terminal(heavy + light + late)
+    row = promise_kept(heavy + light + late)
     assert done_before < len(heavy + light)
     record(scenario="Redis restart (AOF, SIGKILL, 1 s down)", **row, recovery_s=round(next_done - t_fault, 2),
            measured="restart -> next job finished")
@@ -300,13 +323,15 @@ def test_redis_restart_loses_no_job(cluster, make_user, api_client_for, media, r
 def test_redis_flushall_is_repaired_from_the_database(cluster, make_user, api_client_for, media, redis_client, record):
     cluster.start_cpu("cpu")
     cluster.start_io()
+    cluster.start_web()
     heavy, light = submit_batch(make_user, api_client_for, media, videos=5)
     wait_for(lambda: running_job(heavy), 60, "a transcode in progress")
     t_fault = time.time()
     redis_client.flushall()  # queues, held backlogs, leases, worker registrations: all gone
+    late = post_late_batch(cluster, make_user, media)
     next_done = wait_for(lambda: _finished_after(heavy + light, t_fault), 90, "a job to finish after FLUSHALL")
-    wait_all_terminal(heavy + light)
-    row = promise_kept(heavy + light)
+    wait_all_terminal(heavy + light + late)
+    row = promise_kept(heavy + light + late)
     record(scenario="Redis FLUSHALL", **row, recovery_s=round(next_done - t_fault, 2),
            measured="flush -> next job finished")
 
@@ -317,15 +342,17 @@ def test_postgresql_restart(cluster, make_user, api_client_for, media, record):
     version = next(Path("/etc/postgresql").iterdir()).name
     cluster.start_cpu("cpu")
     cluster.start_io()
+    cluster.start_web()
     heavy, light = submit_batch(make_user, api_client_for, media, videos=5)
     wait_for(lambda: running_job(heavy), 60, "a transcode in progress")
     t_fault = time.time()
     subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True,
                    capture_output=True)
     connection.close()
+    late = db_retrying(lambda: post_late_batch(cluster, make_user, media))
     next_done = wait_for(lambda: _finished_after(heavy + light, t_fault), 90, "a job to finish after the restart")
-    wait_all_terminal(heavy + light)
-    row = promise_kept(heavy + light)
+    wait_all_terminal(heavy + light + late)
+    row = promise_kept(heavy + light + late)
     record(scenario="PostgreSQL restart", **row, recovery_s=round(next_done - t_fault, 2),
            measured="restart -> next job finished")
 
@@ -335,13 +362,7 @@ def test_web_process_killed_between_commit_and_enqueue(cluster, make_user, media
     cluster.start_io()
     url = cluster.start_web(FAIRLANE_FAULT_KILL_WEB_AFTER_COMMIT="1")
     user = make_user("alice")
-    boundary = uuid.uuid4().hex
-    body = b"".join(
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"p{i}.png\"\r\n"
-        f"Content-Type: image/png\r\n\r\n".encode() + media["image"].read_bytes() + b"\r\n" for i in range(3)
-    ) + f"--{boundary}--\r\n".encode()
-    request = urllib.request.Request(url + "/api/uploads/", data=body, method="POST", headers={
-        "Authorization": f"Token {user.auth_token.key}", "Content-Type": f"multipart/form-data; boundary={boundary}"})
+    request = upload_request(url, user, [media["image"]] * 3)
     t_fault = time.time()
     with pytest.raises((urllib.error.URLError, ConnectionError, http_client_errors())):
         urllib.request.urlopen(request, timeout=30)  # the process dies before it can answer
