@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -48,6 +49,7 @@ from notify.events import JOB_EVENTS, SUBSCRIBABLE, Channel, EventType
 from notify.models import ChannelPreference, Delivery, DeliveryAttempt, Endpoint, Event
 from notify.selectors import preferences_for_user
 from project import dispatch, metrics
+from project.dispatch import KeyPolicy
 from project.lanes import Lane
 from uploads.errors import ApplicationError
 from uploads.models import Job
@@ -67,21 +69,32 @@ TERMINAL_JOB_STATUSES = ("succeeded", "failed", "canceled")
 # --- entering the lane -----------------------------------------------------------
 
 
-def _enqueue(task: str, args: list, *, task_id: str, owner_id: int, due: float | None = None) -> bool:
-    from uploads.services import fair_policies  # the owner's plan on io-notify (weight, cap, rate)
+Plans = Mapping[int, KeyPolicy]
 
-    policy = fair_policies(user_ids=[owner_id], lane=Lane.IO_NOTIFY).get(owner_id)
+
+def plans_for(owner_ids: Iterable[int]) -> Plans:
+    """The owners' plans on io-notify (weight, cap, rate), in one query: the
+    callers that submit many tries look them up once, not once per try."""
+    from uploads.services import fair_policies
+
+    return fair_policies(user_ids=owner_ids, lane=Lane.IO_NOTIFY)
+
+
+def _enqueue(task: str, args: list, *, task_id: str, owner_id: int, due: float | None = None,
+             plans: Plans | None = None) -> bool:
+    plans = plans_for([owner_id]) if plans is None else plans
     return dispatch.enqueue(task, args, task_id=task_id, fair_key=str(owner_id), cost=NOTIFY_COST_S,
-                            policy=policy, due=due)
+                            policy=plans.get(owner_id), due=due)
 
 
-def job_finished_notify(*, job_id, owner_id: int, status: str) -> bool:
+def job_finished_notify(*, job_id, owner_id: int, status: str, plans: Plans | None = None) -> bool:
     """A job ended (called on commit): tell its owner, off the request/worker
-    path. False when the task was held already (or the status is not an end)."""
+    path. False when the task was held already (or the status is not an end).
+    `plans`: the owners' plans when the caller has them (plans_for)."""
     if status not in TERMINAL_JOB_STATUSES:
         return False
     return _enqueue(TASK_JOB_FINISHED, [str(job_id), status], task_id=_job_finished_task_id(job_id, status),
-                    owner_id=owner_id)
+                    owner_id=owner_id, plans=plans)
 
 
 def _deliver_task_id(delivery_id, seq: int) -> str:
@@ -89,11 +102,17 @@ def _deliver_task_id(delivery_id, seq: int) -> str:
 
 
 def delivery_enqueue(*, delivery_id, seq: int, owner_id: int, due: datetime | None = None,
-                     reserved: bool = False) -> bool:
+                     reserved: bool = False, plans: Plans | None = None) -> bool:
     """Schedule try `seq` of a delivery (at `due`). `reserved`: it already
-    holds a rate-limit token for that time."""
+    holds a rate-limit token for that time. `plans`: as job_finished_notify."""
     return _enqueue(TASK_DELIVER, [str(delivery_id), seq, reserved], task_id=_deliver_task_id(delivery_id, seq),
-                    owner_id=owner_id, due=due.timestamp() if due else None)
+                    owner_id=owner_id, due=due.timestamp() if due else None, plans=plans)
+
+
+def _deliveries_enqueue(tries: list[tuple]) -> int:
+    """Submit many tries, (delivery_id, seq, owner_id) each, with one plan lookup."""
+    plans = plans_for({owner_id for _, _, owner_id in tries})
+    return sum(delivery_enqueue(delivery_id=i, seq=s, owner_id=o, plans=plans) for i, s, o in tries)
 
 
 # --- events and their deliveries -----------------------------------------------------
@@ -111,7 +130,7 @@ def _envelope(event_type: str, data: dict) -> dict:
 def _job_data(job: Job) -> dict:
     return {"job": {
         "id": str(job.id), "status": job.status, "kind": job.kind,
-        "filename": job.upload.filename if job.upload_id else f"export of batch {job.batch}",
+        "filename": job.title,
         "batch": str(job.upload.batch) if job.upload_id else None,
         "error": job.error,
         "results_url": _results_url(reverse("job-page", args=[job.id])),
@@ -149,9 +168,8 @@ def event_publish(*, owner: AbstractBaseUser, event_type: str, key: str, data: d
             for delivery in targets:
                 delivery.event = event
             Delivery.objects.bulk_create(targets)
-            ids = [d.id for d in targets]
-            transaction.on_commit(lambda: [delivery_enqueue(delivery_id=i, seq=0, owner_id=owner.pk) for i in ids],
-                                  robust=True)
+            tries = [(d.id, 0, owner.pk) for d in targets]
+            dispatch.after_commit(lambda: _deliveries_enqueue(tries))
     except IntegrityError:  # published already (a redelivered task, or the batch's other last job)
         return None
     return event
@@ -190,8 +208,9 @@ def job_notifications_reconcile() -> int:
     rows = list(Job.objects.filter(notify_pending=True, finished_at__lt=settled)
                 .values_list("id", "status", "owner_id")[:10_000])
     known = dispatch.scheduler(Lane.IO_NOTIFY).known_many([_job_finished_task_id(i, s) for i, s, _ in rows])
-    return sum(job_finished_notify(job_id=i, owner_id=o, status=s)
-               for (i, s, o), state in zip(rows, known) if state is None)
+    lost = [row for row, state in zip(rows, known) if state is None]
+    plans = plans_for({owner_id for _, _, owner_id in lost})
+    return sum(job_finished_notify(job_id=i, owner_id=o, status=s, plans=plans) for i, s, o in lost)
 
 
 def batch_summary_publish(*, batch, owner: AbstractBaseUser) -> Event | None:
@@ -304,9 +323,9 @@ def _reschedule(delivery: Delivery, *, due: datetime, reserved: bool) -> None:
         updated = Delivery.objects.filter(id=delivery.id, seq=delivery.seq, status=Delivery.Status.SENDING).update(
             status=Delivery.Status.PENDING, seq=F("seq") + 1, next_attempt_at=due, lease_until=None)
         if updated:
-            transaction.on_commit(lambda: delivery_enqueue(
+            dispatch.after_commit(lambda: delivery_enqueue(
                 delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, due=due,
-                reserved=reserved), robust=True)
+                reserved=reserved))
 
 
 def _webhook_attempt(delivery: Delivery, *, reserved: bool, resolver: ssrf.Resolver | None) -> str:
@@ -396,9 +415,8 @@ def _record(delivery: Delivery, *, started: datetime, answer: transport.Response
             response_prefix=answer.body_prefix, outcome=outcome, next_attempt_at=due,
         )
         if due:
-            transaction.on_commit(lambda: delivery_enqueue(
-                delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, due=due),
-                robust=True)
+            dispatch.after_commit(lambda: delivery_enqueue(
+                delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, due=due))
     metrics.observe_job(lane=Lane.IO_NOTIFY, kind=delivery.channel, outcome=outcome,
                         wait_s=max(0.0, (started - (delivery.next_attempt_at or delivery.created_at)).total_seconds()),
                         process_s=answer.latency_ms / 1000)
@@ -450,7 +468,7 @@ def deliveries_resend(*, delivery_ids: list, actor: AbstractBaseUser) -> int:
     """Send finished deliveries again (admin): same webhook-id, so a receiver
     that processed it already can tell; a fresh round of retries."""
     now = timezone.now()
-    owners = {}
+    tries = []
     with transaction.atomic():
         rows = list(Delivery.objects.select_for_update().filter(
             id__in=delivery_ids, status__in=[Delivery.Status.SUCCEEDED, Delivery.Status.FAILED,
@@ -458,11 +476,10 @@ def deliveries_resend(*, delivery_ids: list, actor: AbstractBaseUser) -> int:
         for delivery_id, seq, owner_id in rows:
             Delivery.objects.filter(id=delivery_id).update(status=Delivery.Status.PENDING, seq=seq + 1, attempts=0,
                                                            next_attempt_at=now, lease_until=None)
-            owners[delivery_id] = (seq + 1, owner_id)
-        transaction.on_commit(lambda: [delivery_enqueue(delivery_id=i, seq=s, owner_id=o)
-                                       for i, (s, o) in owners.items()], robust=True)
-    log.info("%s resent %d deliveries", actor, len(owners))
-    return len(owners)
+            tries.append((delivery_id, seq + 1, owner_id))
+        dispatch.after_commit(lambda: _deliveries_enqueue(tries))
+    log.info("%s resent %d deliveries", actor, len(tries))
+    return len(tries)
 
 
 def deliveries_reconcile() -> int:
@@ -480,7 +497,7 @@ def deliveries_reconcile() -> int:
     ).values_list("id", "seq", "status", "event__owner_id")[:10_000])
     sched = dispatch.scheduler(Lane.IO_NOTIFY)
     states = sched.known_many([_deliver_task_id(i, s) for i, s, _, _ in rows])
-    count = 0
+    tries = []
     for (delivery_id, seq, status, owner_id), state in zip(rows, states):
         if state is not None:
             continue
@@ -489,5 +506,5 @@ def deliveries_reconcile() -> int:
                     status=Delivery.Status.PENDING, seq=seq + 1, lease_until=None):
                 continue
             seq += 1
-        count += delivery_enqueue(delivery_id=delivery_id, seq=seq, owner_id=owner_id)
-    return count
+        tries.append((delivery_id, seq, owner_id))
+    return _deliveries_enqueue(tries)

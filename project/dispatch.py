@@ -20,10 +20,12 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
 from django.conf import settings
+from django.db import transaction
 
 from project.celery import app
 from project.fairness import NO_RATE_LIMIT, FairScheduler
@@ -138,17 +140,24 @@ def hand_back(
     submitted anew; if the scheduler still holds it, nothing needs doing.
     """
     lane = lane_for(task_name)
-    if not is_fair(lane):
-        app.send_task(task_name, args=args, task_id=task_id, countdown=max(0.0, (due or 0) - time.time()),
-                      **(options or {}))
-        return
-    sched = scheduler(lane)
-    payload = _payload(task_name, args, options)
-    if not sched.requeue(task_id, actual_cost=actual_cost, due=due, payload=payload):
-        enqueue(task_name, args, task_id=task_id, fair_key=fair_key, cost=cost, policy=policy, due=due,
-                options=options)
-        return
-    publish(lane, sched.release())
+    if is_fair(lane):
+        sched = scheduler(lane)
+        if sched.requeue(task_id, actual_cost=actual_cost, due=due, payload=_payload(task_name, args, options)):
+            publish(lane, sched.release())
+            return
+    enqueue(task_name, args, task_id=task_id, fair_key=fair_key, cost=cost, policy=policy, due=due, options=options)
+
+
+def after_commit(publish_: Callable[[], object]) -> None:
+    """Run `publish_` (a submit to the dispatcher) once the transaction commits.
+
+    Robust: a Redis that is down at that moment must not turn a committed
+    change into an error (a client would upload again, a worker would clean
+    up outputs it has published). The committed rows are the outbox, and the
+    reconcilers (settings.FAIR_RECONCILERS) submit what was missed; Django
+    logs the failure.
+    """
+    transaction.on_commit(publish_, robust=True)
 
 
 def _draining_key(hostname: str) -> str:

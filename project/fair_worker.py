@@ -41,7 +41,7 @@ from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
 from project.celery import app
-from project.dispatch import HANDED_BACK, publish, release_all, scheduler, set_draining
+from project.dispatch import HANDED_BACK, finish, publish, release_all, scheduler, set_draining
 from project.lanes import FAIR_LANES, Lane
 from project.routing import UnroutedTaskError, lane_for
 
@@ -175,8 +175,7 @@ def _on_task_failure(sender=None, task_id: str = "", exception: BaseException | 
     than when its lease runs out."""
     if not isinstance(exception, (WorkerLostError, TimeLimitExceeded)) or sender is None:
         return
-    lane = _fair_lane(sender.name)
-    if lane is None:
+    if _fair_lane(sender.name) is None:
         return
     reason = "timeout" if isinstance(exception, TimeLimitExceeded) else "lost"
     log.warning("task %s[%s]: worker child %s", sender.name, task_id, "timed out" if reason == "timeout" else "lost")
@@ -185,7 +184,7 @@ def _on_task_failure(sender=None, task_id: str = "", exception: BaseException | 
         if handler:
             import_string(handler)(job_id=task_id, reason=reason)
         else:
-            publish(lane, scheduler(lane).finish(task_id))
+            finish(sender.name, task_id)
     except Exception:  # the lease sweep is the safety net
         log.exception("could not handle the loss of %s", task_id)
 

@@ -153,9 +153,7 @@ def _requeue(job: Job, number: int, *, outcome: str, code: str = "", message: st
         JobAttempt.objects.filter(job_id=job_id, number=number, finished_at__isnull=True).update(
             finished_at=now, outcome=outcome, error_code=code[:64], error_message=message)
         due = time.time() + delay_s if delay_s > 0 else None
-        # robust: the job is queued in the database; if Redis cannot take it
-        # now, the reconciler offers it again
-        transaction.on_commit(lambda: services.job_hand_back(job, actual_cost=actual_cost, due=due), robust=True)
+        dispatch.after_commit(lambda: services.job_hand_back(job, actual_cost=actual_cost, due=due))
     metrics.count_event(lane=Lane.CPU_TRANSCODE, event=outcome)
     log.info("job %s attempt %d %s (%s); offered again in %.1f s", job_id, number, outcome, code or "-", delay_s)
     return True

@@ -92,9 +92,7 @@ def uploads_create(
                 job.save()
                 uploads.append(upload)
             job_ids = [str(job_id) for job_id in Job.objects.filter(upload__in=uploads).values_list("id", flat=True)]
-            # robust: a Redis that is down must not turn a committed upload into
-            # an error (the client would upload again); the reconciler publishes it.
-            transaction.on_commit(lambda: _enqueue_committed(job_ids), robust=True)
+            dispatch.after_commit(lambda: _enqueue_committed(job_ids))
     except BaseException:
         for name in written:  # the rows are rolled back: their files must not linger
             Upload.file.field.storage.delete(name)
@@ -269,8 +267,8 @@ def _finish(job_id: str, status: str, attempt: int | None = None, **fields) -> b
             finished_at=now, outcome=status, error_code=fields.get("error_code", ""),
             error_message=fields.get("error_message", ""),
         )
-        transaction.on_commit(lambda: notify_enqueue(job_id=job_id, owner_id=job.owner_id, status=status),
-                              robust=True)  # notify_pending is the outbox
+        # notify_pending (set above) is this publish's outbox
+        dispatch.after_commit(lambda: notify_enqueue(job_id=job_id, owner_id=job.owner_id, status=status))
     return bool(updated)
 
 
@@ -318,7 +316,7 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
             status=Job.Status.QUEUED, queued_at=now, progress=0, error_code="", error_message="",
             started_at=None, finished_at=None, wait_ms=None, process_ms=None, checkpoint={}, notify_pending=False,
         )
-        transaction.on_commit(lambda: jobs_enqueue(job_ids=[str(i) for i in ids]), robust=True)
+        dispatch.after_commit(lambda: jobs_enqueue(job_ids=[str(i) for i in ids]))
     log.info("%s retried %d job(s): %s", actor, len(ids), [str(i) for i in ids])
     return jobs
 
@@ -339,8 +337,7 @@ def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]
         for job in canceled:
             by_task.setdefault(job_task_name(job), []).append(str(job.id))
         ids = [str(job.id) for job in canceled]
-        # robust: a released job that was not withdrawn is dropped by its guarded start
-        transaction.on_commit(lambda: [dispatch.cancel(task, task_ids) for task, task_ids in by_task.items()],
-                              robust=True)
+        # A released job that could not be withdrawn is dropped by its guarded start.
+        dispatch.after_commit(lambda: [dispatch.cancel(task, task_ids) for task, task_ids in by_task.items()])
     log.info("%s canceled %d job(s): %s", actor, len(canceled), ids)
     return canceled

@@ -272,8 +272,7 @@ class FairScheduler:
 
     def known(self, job_id: str) -> str | None:
         """The job's state (held, delayed, released, running), or None."""
-        raw = self._client.hget(self.prefix + "jobs", job_id)
-        return None if raw is None else json.loads(raw)["s"]
+        return self.known_many([job_id])[0]
 
     def known_many(self, job_ids: list[str]) -> list[str | None]:
         """`known` for many jobs in one round trip (the reconciler)."""

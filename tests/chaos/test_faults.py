@@ -298,63 +298,54 @@ def test_sigterm_drains_gracefully_and_hands_back_what_it_cannot_finish(cluster,
            measured="SIGTERM -> worker exited (grace 3 s)")
 
 
+def _through_a_service_fault(cluster: Cluster, make_user, api_client_for, media, fault) -> tuple[dict, float]:
+    """A batch in progress, `fault()` (Redis or PostgreSQL down and back, or
+    emptied), then a late upload to the real web process: every job ends,
+    the promise holds. Returns the summary row and the seconds from the
+    fault until the next job finished."""
+    cluster.start_cpu("cpu")
+    cluster.start_io()
+    cluster.start_web()
+    heavy, light = submit_batch(make_user, api_client_for, media, videos=5)
+    wait_for(lambda: running_job(heavy), 60, "a transcode in progress")
+    assert Job.objects.filter(id__in=heavy + light, status__in=TERMINAL).count() < len(heavy + light)
+    t_fault = time.time()
+    fault()
+    late = db_retrying(lambda: post_late_batch(cluster, make_user, media))
+    next_done = wait_for(lambda: _finished_after(heavy + light, t_fault), 90, "a job to finish after the fault")
+    wait_all_terminal(heavy + light + late)
+    return promise_kept(heavy + light + late), round(next_done - t_fault, 2)
+
+
 def test_redis_restart_loses_no_job(cluster, make_user, api_client_for, media, record):
     from tests.services_plugin import EMBEDDED_REDIS, embedded_redis_restart
 
     if not EMBEDDED_REDIS.get("persist"):
         pytest.fail("run the fault-injection suite with FAIRLANE_TEST_REDIS_PERSIST=1 (bin/test does)")
-    cluster.start_cpu("cpu")
-    cluster.start_io()
-    cluster.start_web()
-    heavy, light = submit_batch(make_user, api_client_for, media, videos=5)
-    wait_for(lambda: running_job(heavy), 60, "a transcode in progress")
-    done_before = Job.objects.filter(id__in=heavy + light, status__in=TERMINAL).count()
-    t_fault = time.time()
-    embedded_redis_restart(down_for_s=1.0)
-    late = post_late_batch(cluster, make_user, media)
-    next_done = wait_for(lambda: _finished_after(heavy + light, t_fault), 90, "a job to finish after the restart")
-    wait_all_terminal(heavy + light + late)
-    row = promise_kept(heavy + light + late)
-    assert done_before < len(heavy + light)
-    record(scenario="Redis restart (AOF, SIGKILL, 1 s down)", **row, recovery_s=round(next_done - t_fault, 2),
+    row, recovery_s = _through_a_service_fault(cluster, make_user, api_client_for, media,
+                                               lambda: embedded_redis_restart(down_for_s=1.0))
+    record(scenario="Redis restart (AOF, SIGKILL, 1 s down)", **row, recovery_s=recovery_s,
            measured="restart -> next job finished")
 
 
 def test_redis_flushall_is_repaired_from_the_database(cluster, make_user, api_client_for, media, redis_client, record):
-    cluster.start_cpu("cpu")
-    cluster.start_io()
-    cluster.start_web()
-    heavy, light = submit_batch(make_user, api_client_for, media, videos=5)
-    wait_for(lambda: running_job(heavy), 60, "a transcode in progress")
-    t_fault = time.time()
-    redis_client.flushall()  # queues, held backlogs, leases, worker registrations: all gone
-    late = post_late_batch(cluster, make_user, media)
-    next_done = wait_for(lambda: _finished_after(heavy + light, t_fault), 90, "a job to finish after FLUSHALL")
-    wait_all_terminal(heavy + light + late)
-    row = promise_kept(heavy + light + late)
-    record(scenario="Redis FLUSHALL", **row, recovery_s=round(next_done - t_fault, 2),
-           measured="flush -> next job finished")
+    # queues, held backlogs, leases, worker registrations: all gone
+    row, recovery_s = _through_a_service_fault(cluster, make_user, api_client_for, media, redis_client.flushall)
+    record(scenario="Redis FLUSHALL", **row, recovery_s=recovery_s, measured="flush -> next job finished")
 
 
 def test_postgresql_restart(cluster, make_user, api_client_for, media, record):
     if connection.vendor != "postgresql":
         pytest.skip("the database of this run is SQLite; PostgreSQL restarts are tested in the PostgreSQL run")
     version = next(Path("/etc/postgresql").iterdir()).name
-    cluster.start_cpu("cpu")
-    cluster.start_io()
-    cluster.start_web()
-    heavy, light = submit_batch(make_user, api_client_for, media, videos=5)
-    wait_for(lambda: running_job(heavy), 60, "a transcode in progress")
-    t_fault = time.time()
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True,
-                   capture_output=True)
-    connection.close()
-    late = db_retrying(lambda: post_late_batch(cluster, make_user, media))
-    next_done = wait_for(lambda: _finished_after(heavy + light, t_fault), 90, "a job to finish after the restart")
-    wait_all_terminal(heavy + light + late)
-    row = promise_kept(heavy + light + late)
-    record(scenario="PostgreSQL restart", **row, recovery_s=round(next_done - t_fault, 2),
-           measured="restart -> next job finished")
+
+    def restart() -> None:
+        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True,
+                       capture_output=True)
+        connection.close()
+
+    row, recovery_s = _through_a_service_fault(cluster, make_user, api_client_for, media, restart)
+    record(scenario="PostgreSQL restart", **row, recovery_s=recovery_s, measured="restart -> next job finished")
 
 
 def test_web_process_killed_between_commit_and_enqueue(cluster, make_user, media, record):
