@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast install bench-fairness bench-media bench-notify clean stop
+.PHONY: run test test-fast test-properties install bench-fairness bench-media bench-notify clean stop
 
 install: $(STAMP)
 
@@ -25,7 +25,12 @@ test: install
 
 # The fast part only: no real-worker or slow suites.
 test-fast: install
-	$(BIN)/pytest -m "not e2e and not slow" -q
+	$(BIN)/pytest -m "not e2e and not slow and not chaos" -q
+
+# The property tests with fresh randomness: RUNS seeds (printed), EXAMPLES each.
+# `make test` runs them derandomized; this is the longer, searching run.
+test-properties: install
+	RUNS=$(or $(RUNS),30) EXAMPLES=$(or $(EXAMPLES),200) bin/test-properties
 
 bench-fairness: install
 	$(BIN)/python -m bench.fairness

@@ -10,6 +10,19 @@ import os
 
 import pytest
 import redis
+from hypothesis import settings as hypothesis_settings
+
+# Property tests (Hypothesis). `ci`, the default: derandomized, so `make test`
+# draws the same examples on every run and cannot fail by luck. `explore`:
+# fresh randomness, for `make test-properties`, which runs it with many seeds
+# and prints each; a failure reproduces with
+# `pytest --hypothesis-profile=explore --hypothesis-seed=<seed> <test>`.
+# No example database: nothing is written into the work tree.
+EXAMPLES = int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "200"))
+hypothesis_settings.register_profile("ci", derandomize=True, database=None, max_examples=EXAMPLES, print_blob=True)
+hypothesis_settings.register_profile("explore", derandomize=False, database=None, max_examples=EXAMPLES,
+                                     print_blob=True)
+hypothesis_settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +37,19 @@ def redis_client(redis_url: str) -> redis.Redis:
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
     return client
+
+
+@pytest.fixture
+def cpu_lane_paused(redis_client):
+    """For tests that publish into cpu-transcode while the session's real
+    workers may be up: nothing consumes the lane inside the test, so a job
+    whose row the workers cannot see (the test's transaction) is not taken
+    and dropped by them; what the test left queued is emptied at the end."""
+    from tests.workers import lane_paused
+
+    with lane_paused("cpu-transcode"):
+        yield
+        redis_client.flushdb()
 
 
 @pytest.fixture(scope="session")
