@@ -78,10 +78,10 @@ class UploadCreateApi(APIView):
                     "id": str(upload.id),
                     "filename": upload.filename,
                     "batch": str(upload.batch),
-                    "job": {"id": str(job.id), "status": job.status, "url": job_url(request, job.id)},
+                    "job": {"id": str(upload.accepted_job.id), "status": upload.accepted_job.status,
+                            "url": job_url(request, upload.accepted_job.id)},
                 }
                 for upload in uploads
-                for job in upload.jobs.all()
             ]
         }
         return Response(body, status=status.HTTP_202_ACCEPTED)

@@ -54,7 +54,8 @@ def uploads_create(
 ) -> list[Upload]:
     """Store every file and create its job in one transaction; enqueue only
     after commit, so no worker can see a job whose row is not there yet and a
-    failed request enqueues nothing."""
+    failed request enqueues nothing. Each upload carries its job as created
+    in `accepted_job`."""
     if not files:
         raise ApplicationError("no_files", "Attach one or more files in the multipart field 'file'.")
     if scheduled_for is not None and timezone.is_naive(scheduled_for):
@@ -90,6 +91,9 @@ def uploads_create(
                           scheduled_for=scheduled_for, cost_estimate=cost_estimate_for_size(f.size))
                 job.task_id = str(job.id)  # the Celery task id is the job id (Flower, TaskResult, admin search)
                 job.save()
+                # The job as accepted: once committed, a worker may move it on
+                # before the caller answers, and the answer is about acceptance.
+                upload.accepted_job = job
                 uploads.append(upload)
             job_ids = [str(job_id) for job_id in Job.objects.filter(upload__in=uploads).values_list("id", flat=True)]
             dispatch.after_commit(lambda: _enqueue_committed(job_ids))

@@ -28,20 +28,27 @@ def wait_for(predicate, timeout: float, what: str) -> None:
 
 
 def test_a_light_user_overtakes_a_heavy_backlog(workers, redis_client):
-    dispatch.scheduler(Lane.CPU_TRANSCODE).clear()
+    sched = dispatch.scheduler(Lane.CPU_TRANSCODE)
+    sched.clear()
     for i in range(40):
         dispatch.enqueue("bench.cpu.spin", [f"heavy-{i}", "heavy", 100], task_id=f"heavy-{i}", fair_key="heavy", cost=0.1)
-    time.sleep(0.3)
-    dispatch.enqueue("bench.cpu.spin", ["light-0", "light", 100], task_id="light-0", fair_key="light", cost=0.1)
+    wait_for(lambda: len(runs(redis_client)) >= 4, 30, "the heavy backlog to be under way")
+    assert dispatch.enqueue("bench.cpu.spin", ["light-0", "light", 100], task_id="light-0", fair_key="light",
+                            cost=0.1)
+    # What had left the heavy backlog by the time the light job arrived (an
+    # upper bound: the snapshot is taken a moment after the submit).
+    released_before_light = 40 - sched.snapshot()["keys"]["heavy"]["backlog"]
     wait_for(lambda: len(runs(redis_client)) == 41, 60, "all 41 jobs")
     done = runs(redis_client)
     heavy_starts = sorted(r["start"] for k, r in done.items() if k.startswith("heavy"))
     light_start = done["light-0"]["start"]
     started_before_light = sum(s < light_start for s in heavy_starts)
     # FIFO would run the light job last (40 heavy jobs first). Fair dispatch
-    # starts it after the jobs already in flight when it arrived: about 0.3 s
-    # of 2 slots x 0.1 s jobs (6) plus the window (3).
-    assert started_before_light <= 12, started_before_light
+    # releases it next: only the heavy jobs released before it arrived (at
+    # most one more, released by a finish racing the submit) start first,
+    # however slow the machine is.
+    assert started_before_light <= released_before_light + 1, (started_before_light, released_before_light)
+    assert started_before_light < 20
 
 
 def test_every_accepted_job_completes_when_redis_is_flushed_mid_run(workers, redis_client, make_user,
@@ -71,14 +78,16 @@ def test_a_scheduled_job_is_held_until_it_is_due(workers, make_user, api_client_
 
     user = make_user("later")
     client = api_client_for(user)
-    due = timezone.now() + timedelta(seconds=3)
-    with open(make_video(tmp_path / "v.mp4", seconds=1), "rb") as fh:
+    video = make_video(tmp_path / "v.mp4", seconds=1)
+    due = timezone.now() + timedelta(seconds=5)
+    with open(video, "rb") as fh:
         resp = client.post("/api/uploads/", {"file": fh, "scheduled_for": due.isoformat()}, format="multipart")
     assert resp.status_code == 202
     job_id = resp.json()["uploads"][0]["job"]["id"]
     wait_for(lambda: Job.objects.filter(id=job_id, status="succeeded").exists(), 30, "the scheduled job")
     job = Job.objects.get(id=job_id)
     assert job.started_at >= due
-    # Released by the workers' ticker when due, not by a poll a minute later.
-    assert (job.started_at - due).total_seconds() < 2.0
-    assert job.wait_ms < 2000  # measured from when it was due
+    # Released by the workers' ticker when due (it wakes for the due time,
+    # at most FAIR_TICK_S = 1 s late), not by beat's poll a minute later.
+    assert (job.started_at - due).total_seconds() < 10
+    assert job.wait_ms < 10_000  # measured from when it was due, not from the upload

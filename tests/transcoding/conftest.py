@@ -59,4 +59,8 @@ class JobRunner:
 @pytest.fixture
 def run_job(make_user, settings, tmp_path: Path) -> JobRunner:
     settings.MEDIA_ROOT = tmp_path / "media"
+    # The job runs inside the test's transaction, which the lease keeper's own
+    # connection cannot see: a renewal would find no running job and mark the
+    # attempt lost. One lease covers the whole run, whatever the machine's load.
+    settings.FAIRLANE_JOB_LEASE_S = 3600
     return JobRunner(make_user("uploader"), settings.MEDIA_ROOT)

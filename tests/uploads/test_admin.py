@@ -30,7 +30,7 @@ def test_retry_asks_first_showing_how_many_and_whose(admin_client, make_user):
     assert job.status == "failed"
 
 
-def test_confirmed_retry_requeues_through_the_dispatcher_and_is_logged(admin_client, make_user, redis_client,
+def test_confirmed_retry_requeues_through_the_dispatcher_and_is_logged(admin_client, make_user, cpu_lane_paused,
                                                                        django_capture_on_commit_callbacks):
     done = make_job(make_user("bob"), Job.Status.SUCCEEDED)
     failed = make_job(done.owner, Job.Status.FAILED)
@@ -47,7 +47,7 @@ def test_confirmed_retry_requeues_through_the_dispatcher_and_is_logged(admin_cli
     dispatch.scheduler(Lane.CPU_TRANSCODE).clear()
 
 
-def test_cancel_takes_a_held_job_out_of_the_backlog(admin_client, make_user, redis_client,
+def test_cancel_takes_a_held_job_out_of_the_backlog(admin_client, make_user, cpu_lane_paused,
                                                     django_capture_on_commit_callbacks):
     job = make_job(make_user("carol"), Job.Status.QUEUED)
     sched = dispatch.scheduler(Lane.CPU_TRANSCODE)
