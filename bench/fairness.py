@@ -5,9 +5,9 @@ Real Celery prefork workers on the cpu-transcode lane (concurrency = cores),
 a private Redis, synthetic jobs that burn CPU for a known time
 (bench/tasks.py). Each scenario runs twice: jobs published straight into the
 lane's queue (what plain Celery routing does) and jobs submitted through
-project.dispatch (the fair dispatcher). Wait = job start - submit, measured
+dispatcher (the fair dispatcher). Wait = job start - submit, measured
 on one clock. Writes bench/results/fairness.json and fairness.png and prints
-a table. Scenarios follow shared/design/fair-dispatch.md.
+a table. Scenarios follow shared/design/fair-dispatcher.md.
 """
 from __future__ import annotations
 
@@ -48,12 +48,12 @@ class Runner:
     """Submits jobs in one of the two modes and collects what the workers recorded."""
 
     def __init__(self) -> None:
+        import dispatcher
         from bench.tasks import RUNS_KEY, client
-        from project import dispatch
         from project.celery import app
         from project.lanes import Lane
 
-        self.app, self.dispatch, self.lane = app, dispatch, Lane.CPU_TRANSCODE
+        self.app, self.dispatch, self.lane = app, dispatcher, Lane.CPU_TRANSCODE
         self.redis, self.runs_key = client(), RUNS_KEY
         self.submitted: dict[str, float] = {}
         self.seq = 0
@@ -257,7 +257,7 @@ def scale(users_list: tuple[int, ...] = (10, 10_000)) -> dict:
     """Cost per scheduler operation with 10 versus 10,000 backlogged users
     (no workers: the Lua scripts alone, one round trip each)."""
     from bench.tasks import client
-    from project.fairness import FairScheduler
+    from dispatcher import FairScheduler
 
     out = {}
     for users in users_list:

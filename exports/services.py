@@ -27,7 +27,7 @@ from django.db import transaction
 from django.http import Http404
 from django.utils import timezone
 
-from project import dispatch
+import dispatcher
 from project.lanes import Lane
 from uploads import services as job_services
 from uploads.attempts import Attempt, job_attempt_run
@@ -62,7 +62,7 @@ def export_create(*, owner: AbstractBaseUser, batch: uuid.UUID) -> Job:
                   queued_at=timezone.now(), cost_estimate=max(0.05, size / EXPORT_BYTES_PER_COST_SECOND))
         job.task_id = str(job.id)
         job.save()
-        dispatch.after_commit(lambda: job_services.jobs_enqueue(job_ids=[str(job.id)]))
+        dispatcher.after_commit(lambda: job_services.jobs_enqueue(job_ids=[str(job.id)]))
     return job
 
 

@@ -8,6 +8,6 @@ from exports import services
 
 @shared_task(name="exports.job_run", bind=True)
 def job_run(self, job_id: str) -> str | None:
-    # Returns project.dispatch.HANDED_BACK when the job is owed another run.
+    # Returns dispatcher.HANDED_BACK when the job is owed another run.
     soft_limit = (self.request.timelimit or (None, None))[1]
     return services.job_export(job_id=job_id, hostname=self.request.hostname or "", soft_limit_s=soft_limit)

@@ -44,12 +44,13 @@ from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
+import dispatcher
+from dispatcher import KeyPolicy
 from notify import emails, ratelimit, retry, signing, ssrf, transport
 from notify.events import JOB_EVENTS, SUBSCRIBABLE, Channel, EventType
 from notify.models import ChannelPreference, Delivery, DeliveryAttempt, Endpoint, Event
 from notify.selectors import preferences_for_user
-from project import dispatch, metrics
-from project.dispatch import KeyPolicy
+from project import metrics
 from project.lanes import Lane
 from uploads.errors import ApplicationError
 from uploads.models import Job
@@ -83,8 +84,8 @@ def plans_for(owner_ids: Iterable[int]) -> Plans:
 def _enqueue(task: str, args: list, *, task_id: str, owner_id: int, due: float | None = None,
              plans: Plans | None = None) -> bool:
     plans = plans_for([owner_id]) if plans is None else plans
-    return dispatch.enqueue(task, args, task_id=task_id, fair_key=str(owner_id), cost=NOTIFY_COST_S,
-                            policy=plans.get(owner_id), due=due)
+    return dispatcher.enqueue(task, args, task_id=task_id, fair_key=str(owner_id), cost=NOTIFY_COST_S,
+                              policy=plans.get(owner_id), due=due)
 
 
 def job_finished_notify(*, job_id, owner_id: int, status: str, plans: Plans | None = None) -> bool:
@@ -169,7 +170,7 @@ def event_publish(*, owner: AbstractBaseUser, event_type: str, key: str, data: d
                 delivery.event = event
             Delivery.objects.bulk_create(targets)
             tries = [(d.id, 0, owner.pk) for d in targets]
-            dispatch.after_commit(lambda: _deliveries_enqueue(tries))
+            dispatcher.after_commit(lambda: _deliveries_enqueue(tries))
     except IntegrityError:  # published already (a redelivered task, or the batch's other last job)
         return None
     return event
@@ -202,12 +203,12 @@ def job_notifications_reconcile() -> int:
     task the dispatcher does not hold (Redis was down when the job ended, or
     lost its state since). Jobs that ended within FAIR_RECONCILE_MIN_AGE_S are
     left to the normal path."""
-    if not dispatch.is_fair(Lane.IO_NOTIFY):
+    if not dispatcher.is_fair(Lane.IO_NOTIFY):
         return 0  # plain FIFO (benchmarks' baseline): nothing tells what the broker holds
     settled = timezone.now() - timedelta(seconds=settings.FAIR_RECONCILE_MIN_AGE_S)
     rows = list(Job.objects.filter(notify_pending=True, finished_at__lt=settled)
                 .values_list("id", "status", "owner_id")[:10_000])
-    known = dispatch.scheduler(Lane.IO_NOTIFY).known_many([_job_finished_task_id(i, s) for i, s, _ in rows])
+    known = dispatcher.scheduler(Lane.IO_NOTIFY).known_many([_job_finished_task_id(i, s) for i, s, _ in rows])
     lost = [row for row, state in zip(rows, known) if state is None]
     plans = plans_for({owner_id for _, _, owner_id in lost})
     return sum(job_finished_notify(job_id=i, owner_id=o, status=s, plans=plans) for i, s, o in lost)
@@ -323,7 +324,7 @@ def _reschedule(delivery: Delivery, *, due: datetime, reserved: bool) -> None:
         updated = Delivery.objects.filter(id=delivery.id, seq=delivery.seq, status=Delivery.Status.SENDING).update(
             status=Delivery.Status.PENDING, seq=F("seq") + 1, next_attempt_at=due, lease_until=None)
         if updated:
-            dispatch.after_commit(lambda: delivery_enqueue(
+            dispatcher.after_commit(lambda: delivery_enqueue(
                 delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, due=due,
                 reserved=reserved))
 
@@ -415,7 +416,7 @@ def _record(delivery: Delivery, *, started: datetime, answer: transport.Response
             response_prefix=answer.body_prefix, outcome=outcome, next_attempt_at=due,
         )
         if due:
-            dispatch.after_commit(lambda: delivery_enqueue(
+            dispatcher.after_commit(lambda: delivery_enqueue(
                 delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, due=due))
     metrics.observe_job(lane=Lane.IO_NOTIFY, kind=delivery.channel, outcome=outcome,
                         wait_s=max(0.0, (started - (delivery.next_attempt_at or delivery.created_at)).total_seconds()),
@@ -477,7 +478,7 @@ def deliveries_resend(*, delivery_ids: list, actor: AbstractBaseUser) -> int:
             Delivery.objects.filter(id=delivery_id).update(status=Delivery.Status.PENDING, seq=seq + 1, attempts=0,
                                                            next_attempt_at=now, lease_until=None)
             tries.append((delivery_id, seq + 1, owner_id))
-        dispatch.after_commit(lambda: _deliveries_enqueue(tries))
+        dispatcher.after_commit(lambda: _deliveries_enqueue(tries))
     log.info("%s resent %d deliveries", actor, len(tries))
     return len(tries)
 
@@ -486,7 +487,7 @@ def deliveries_reconcile() -> int:
     """The outbox's safety net (settings.FAIR_RECONCILERS): re-submit tries
     the dispatcher no longer knows (Redis lost them, or a process died
     between commit and submit), and tries whose worker died mid-send."""
-    if not dispatch.is_fair(Lane.IO_NOTIFY):
+    if not dispatcher.is_fair(Lane.IO_NOTIFY):
         return 0
     now = timezone.now()
     overdue = now - timedelta(seconds=RECONCILE_AFTER_S)
@@ -495,7 +496,7 @@ def deliveries_reconcile() -> int:
                                                                                created_at__lt=overdue))
         | Q(status=Delivery.Status.SENDING, lease_until__lt=now)
     ).values_list("id", "seq", "status", "event__owner_id")[:10_000])
-    sched = dispatch.scheduler(Lane.IO_NOTIFY)
+    sched = dispatcher.scheduler(Lane.IO_NOTIFY)
     states = sched.known_many([_deliver_task_id(i, s) for i, s, _, _ in rows])
     tries = []
     for (delivery_id, seq, status, owner_id), state in zip(rows, states):

@@ -24,6 +24,7 @@ app.conf.beat_schedule = {
     "fair-reconcile": {"task": "project.fair_reconcile", "schedule": 60.0},
 }
 
-# Connects the worker signals: fair dispatch (start/finish/heartbeat/ticker)
-# and the log context (task id and lane on every line).
-from project import fair_worker, logcontext  # noqa: E402,F401
+# Connects the log context's worker signals (task id and lane on every line).
+# The fair dispatcher connects its own when Django loads its app
+# (dispatcher/apps.py), so the dispatcher never imports this module.
+from project import logcontext  # noqa: E402,F401

@@ -24,8 +24,8 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from project import dispatch
-from project.fair_worker import WORKER_TTL_S
+import dispatcher
+from dispatcher.worker import WORKER_TTL_S
 from project.lanes import FAIR_LANES
 
 # Seconds. Waits span sub-second (idle lane) to an hour (a big backlog);
@@ -116,7 +116,7 @@ def _gauges(now: float):
     age = GaugeMetricFamily("fairlane_worker_heartbeat_age_seconds", "Seconds since each worker last "
                             "renewed its registration (renewed every 10 s).", labels=["lane", "worker"])
     for lane in sorted(FAIR_LANES):
-        sched = dispatch.scheduler(lane)
+        sched = dispatcher.scheduler(lane)
         totals = sched.snapshot(now=now)["totals"]
         backlog.add_metric([lane.value], totals["held"])
         in_flight.add_metric([lane.value], totals["in_flight"])

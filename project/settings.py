@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "django_celery_results",
+    "dispatcher",
     "uploads",
     "transcoding",
     "exports",
@@ -71,7 +72,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "project" / "templates"],
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -162,7 +163,7 @@ CELERY_TASK_ROUTES = ("project.routing.route_task",)
 CELERY_TASK_ACKS_LATE = True
 # Off on purpose: with it on, a file that kills its worker child is requeued
 # by Celery forever. Instead the parent acknowledges and tells the job's
-# lost-handler (project/fair_worker.py), which counts the attempt in the
+# lost-handler (dispatcher/worker.py), which counts the attempt in the
 # database and requeues with a backoff or fails after FAIRLANE_MAX_ATTEMPTS.
 # https://docs.celeryq.dev/en/stable/userguide/configuration.html#task-reject-on-worker-lost
 CELERY_TASK_REJECT_ON_WORKER_LOST = False
@@ -180,7 +181,10 @@ CELERY_WORKER_SEND_TASK_EVENTS = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
-# --- Fair dispatch (project/fairness, project/dispatch.py) ---------------------
+# --- Fair dispatch (dispatcher/) -----------------------------------------------
+# The Celery app that publishes released jobs (by name: the dispatcher does not
+# import the project's Celery module).
+FAIR_CELERY_APP = "project.celery.app"
 FAIR_REDIS_URL = os.environ.get("FAIR_REDIS_URL", REDIS_URL)
 # Off only to compare with plain FIFO Celery; the product runs with it on.
 FAIR_DISPATCH_ENABLED = env_bool("FAIR_DISPATCH_ENABLED", True)

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from project.fair_admin import fairness_page
+from dispatcher.admin_page import fairness_page
 from project.health import healthz
 from project.metrics import metrics_view
 

@@ -8,7 +8,7 @@ from transcoding import services
 
 @shared_task(name="transcoding.job_run", bind=True)
 def job_run(self, job_id: str) -> str | None:
-    # Returns project.dispatch.HANDED_BACK when the job is owed another run
-    # (project/fair_worker.py then reports no finish to the scheduler).
+    # Returns dispatcher.HANDED_BACK when the job is owed another run
+    # (dispatcher/worker.py then reports no finish to the scheduler).
     soft_limit = (self.request.timelimit or (None, None))[1]
     return services.job_transcode(job_id=job_id, hostname=self.request.hostname or "", soft_limit_s=soft_limit)

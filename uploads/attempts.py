@@ -11,7 +11,7 @@ deployed away, so an attempt is never trusted to end well:
   loss, SIGSTOP) stops renewing; `jobs_recover_expired`, run by every
   worker's ticker, offers its job again within lease + sweep interval.
 - A prefork child that dies is seen at once by its parent (Celery's
-  task_failure with WorkerLostError, project/fair_worker.py), which calls
+  task_failure with WorkerLostError, dispatcher/worker.py), which calls
   `job_worker_lost` instead of waiting for the lease.
 - Transient errors (database, Redis, storage, TransientError) send the job
   round again after an exponential backoff with jitter, through the fair
@@ -47,7 +47,8 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
 from django.utils import timezone
 
-from project import dispatch, metrics
+import dispatcher
+from project import metrics
 from project.lanes import Lane
 from uploads import services
 from uploads.errors import JobError, TransientError
@@ -153,7 +154,7 @@ def _requeue(job: Job, number: int, *, outcome: str, code: str = "", message: st
         JobAttempt.objects.filter(job_id=job_id, number=number, finished_at__isnull=True).update(
             finished_at=now, outcome=outcome, error_code=code[:64], error_message=message)
         due = time.time() + delay_s if delay_s > 0 else None
-        dispatch.after_commit(lambda: services.job_hand_back(job, actual_cost=actual_cost, due=due))
+        dispatcher.after_commit(lambda: services.job_hand_back(job, actual_cost=actual_cost, due=due))
     metrics.count_event(lane=Lane.CPU_TRANSCODE, event=outcome)
     log.info("job %s attempt %d %s (%s); offered again in %.1f s", job_id, number, outcome, code or "-", delay_s)
     return True
@@ -164,7 +165,7 @@ def _still_owed_a_run(job_id: str) -> str | None:
     or running elsewhere (the scheduler still owes it a run, so this delivery
     must not report a finish), None when it is over (canceled, finished)."""
     status = Job.objects.filter(id=job_id).values_list("status", flat=True).first()
-    return dispatch.HANDED_BACK if status in (Job.Status.QUEUED, Job.Status.RUNNING) else None
+    return dispatcher.HANDED_BACK if status in (Job.Status.QUEUED, Job.Status.RUNNING) else None
 
 
 def _dropped(job_id: str) -> str | None:
@@ -177,15 +178,15 @@ def _dropped(job_id: str) -> str | None:
 
 def job_attempt_run(*, job_id: str, hostname: str, soft_limit_s: float | None, work: Work) -> str | None:
     """Run one delivery of a job: claim it, keep its lease, run `work`,
-    publish or fail or retry. Returns dispatch.HANDED_BACK when the job is
-    owed another run (the caller's task returns it, see project/fair_worker),
+    publish or fail or retry. Returns dispatcher.HANDED_BACK when the job is
+    owed another run (the caller's task returns it, see dispatcher/worker),
     else None."""
-    if hostname and dispatch.is_draining(hostname):
+    if hostname and dispatcher.is_draining(hostname):
         job = Job.objects.filter(id=job_id, status=Job.Status.QUEUED).first()
         if job is not None:
             services.job_hand_back(job)
             log.info("job %s given back untouched: worker %s is stopping", job_id, hostname)
-            return dispatch.HANDED_BACK
+            return dispatcher.HANDED_BACK
     job = services.job_start(job_id=job_id)
     if job is None:
         return _dropped(job_id)
@@ -226,7 +227,7 @@ def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work) -> 
         if not connection.in_atomic_block:  # a dead database connection is replaced, not reused
             close_old_connections()
         requeued = _requeue_or_give_up(job, number, outcome="retry", code="transient_error", message=message)
-        return dispatch.HANDED_BACK if requeued else None
+        return dispatcher.HANDED_BACK if requeued else None
     except Exception:
         # A bug, not the user's file: fail the job so it does not sit in
         # `running` forever, and keep the traceback in the log.
@@ -248,7 +249,7 @@ def _on_soft_time_limit(job_id: str, number: int, soft_limit_s: float | None) ->
     message = f"Processing took longer than its time limit ({limit} s) and was stopped."
     if soft_limit_s and services.job_time_limits(job)["soft_time_limit"] > soft_limit_s * 1.2:
         if _requeue_or_give_up(job, number, outcome="retry", code="timeout", message=message):
-            return dispatch.HANDED_BACK
+            return dispatcher.HANDED_BACK
         return None
     services.job_fail(job_id=job_id, code="timeout", message=message, attempt=number)
     return None
@@ -291,7 +292,7 @@ def job_worker_lost(*, job_id: str, reason: str) -> None:
     whether the job runs again)."""
     job = Job.objects.filter(id=job_id).first()
     if job is None or job.status in Job.TERMINAL:
-        dispatch.finish(services.job_task_name(job) if job else services.TRANSCODE_TASK, job_id)
+        dispatcher.finish(services.job_task_name(job) if job else services.TRANSCODE_TASK, job_id)
         return
     if job.status == Job.Status.QUEUED:  # the child died before it claimed the job
         services.job_hand_back(job)
@@ -312,7 +313,7 @@ def _abandon(job: Job, reason: str) -> None:
     if reason == "timeout":
         services.job_fail(job_id=str(job.id), code="timeout", attempt=number,
                           message="Processing passed its hard time limit and was killed.")
-        dispatch.finish(services.job_task_name(job), str(job.id))
+        dispatcher.finish(services.job_task_name(job), str(job.id))
         return
     if reason == "expired" and _crashed_here(job):
         # The prefork parent does not always report a child that dies at once
@@ -327,13 +328,13 @@ def _abandon(job: Job, reason: str) -> None:
     crashed = reason == "lost" or JobAttempt.objects.filter(job=job, error_code=CRASHED).exists()
     exhausted = "resource_limit" if crashed else CRASHED
     if not _requeue_or_give_up(job, number, outcome="lost", code=code, message=message, exhausted_code=exhausted):
-        dispatch.finish(services.job_task_name(job), str(job.id))
+        dispatcher.finish(services.job_task_name(job), str(job.id))
 
 
 def jobs_recover_expired() -> int:
     """Offer again (or fail, after FAIRLANE_MAX_ATTEMPTS) every running job
     whose lease has run out: its worker died, lost its host, or stalled.
-    Run by every worker's ticker (project/fair_worker.py) under a lock."""
+    Run by every worker's ticker (dispatcher/worker.py) under a lock."""
     expired = Job.objects.filter(status=Job.Status.RUNNING, lease_expires_at__lt=timezone.now())
     count = 0
     for job in expired.iterator():

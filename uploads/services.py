@@ -19,8 +19,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from project import dispatch, logcontext, metrics
-from project.dispatch import KeyPolicy
+import dispatcher
+from dispatcher import KeyPolicy
+from project import logcontext, metrics
 from project.lanes import Lane
 from uploads.errors import ApplicationError
 from uploads.models import Job, JobAttempt, Output, Profile, Upload, upload_path
@@ -96,7 +97,7 @@ def uploads_create(
                 upload.accepted_job = job
                 uploads.append(upload)
             job_ids = [str(job_id) for job_id in Job.objects.filter(upload__in=uploads).values_list("id", flat=True)]
-            dispatch.after_commit(lambda: _enqueue_committed(job_ids))
+            dispatcher.after_commit(lambda: _enqueue_committed(job_ids))
     except BaseException:
         for name in written:  # the rows are rolled back: their files must not linger
             Upload.file.field.storage.delete(name)
@@ -157,8 +158,8 @@ def job_time_limits(job: Job) -> dict:
 
 def job_hand_back(job: Job, *, actual_cost: float = 0.0, due: float | None = None) -> None:
     """Offer a queued job to the dispatcher again, at the front of its owner's
-    backlog (project.dispatch.hand_back)."""
-    dispatch.hand_back(
+    backlog (dispatcher.hand_back)."""
+    dispatcher.hand_back(
         job_task_name(job), [str(job.id)], task_id=str(job.id), fair_key=str(job.owner_id), cost=job.cost_estimate,
         actual_cost=actual_cost, due=due, options=job_time_limits(job),
         policy=fair_policies(user_ids=[job.owner_id], lane=Lane.CPU_TRANSCODE).get(job.owner_id),
@@ -173,7 +174,7 @@ def jobs_enqueue(*, job_ids: Iterable[str]) -> int:
     policies = fair_policies(user_ids=[j.owner_id for j in jobs], lane=Lane.CPU_TRANSCODE)
     accepted = 0
     for job in jobs:
-        accepted += dispatch.enqueue(
+        accepted += dispatcher.enqueue(
             job_task_name(job), [str(job.id)], task_id=str(job.id), fair_key=str(job.owner_id),
             cost=job.cost_estimate, policy=policies.get(job.owner_id), options=job_time_limits(job),
             due=job.scheduled_for.timestamp() if job.scheduled_for else None,
@@ -186,7 +187,7 @@ def jobs_reconcile() -> int:
     Redis lost its state, or the process died between commit and submit.
     Submission is idempotent by task id, so racing the normal path is
     harmless; jobs younger than a few seconds are left to that path."""
-    sched = dispatch.scheduler(Lane.CPU_TRANSCODE)
+    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
     settled = timezone.now() - timedelta(seconds=settings.FAIR_RECONCILE_MIN_AGE_S)
     queued = [str(job_id) for job_id in Job.objects.filter(
         status=Job.Status.QUEUED, queued_at__lt=settled).values_list("id", flat=True).iterator()]
@@ -272,7 +273,7 @@ def _finish(job_id: str, status: str, attempt: int | None = None, **fields) -> b
             error_message=fields.get("error_message", ""),
         )
         # notify_pending (set above) is this publish's outbox
-        dispatch.after_commit(lambda: notify_enqueue(job_id=job_id, owner_id=job.owner_id, status=status))
+        dispatcher.after_commit(lambda: notify_enqueue(job_id=job_id, owner_id=job.owner_id, status=status))
     return bool(updated)
 
 
@@ -320,7 +321,7 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
             status=Job.Status.QUEUED, queued_at=now, progress=0, error_code="", error_message="",
             started_at=None, finished_at=None, wait_ms=None, process_ms=None, checkpoint={}, notify_pending=False,
         )
-        dispatch.after_commit(lambda: jobs_enqueue(job_ids=[str(i) for i in ids]))
+        dispatcher.after_commit(lambda: jobs_enqueue(job_ids=[str(i) for i in ids]))
     log.info("%s retried %d job(s): %s", actor, len(ids), [str(i) for i in ids])
     return jobs
 
@@ -342,6 +343,6 @@ def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]
             by_task.setdefault(job_task_name(job), []).append(str(job.id))
         ids = [str(job.id) for job in canceled]
         # A released job that could not be withdrawn is dropped by its guarded start.
-        dispatch.after_commit(lambda: [dispatch.cancel(task, task_ids) for task, task_ids in by_task.items()])
+        dispatcher.after_commit(lambda: [dispatcher.cancel(task, task_ids) for task, task_ids in by_task.items()])
     log.info("%s canceled %d job(s): %s", actor, len(canceled), ids)
     return canceled

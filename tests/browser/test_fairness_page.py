@@ -9,7 +9,7 @@ import redis
 from django.conf import settings
 from playwright.sync_api import expect
 
-from project import dispatch
+import dispatcher
 from project.lanes import Lane
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -21,7 +21,7 @@ def held_jobs(make_person):
     thousand seconds (burst 1) lets one job of each go and holds the rest
     while the test looks, whether this test releases or a worker's ticker does
     (then a worker runs the no-op and finishes it)."""
-    sched = dispatch.scheduler(Lane.CPU_TRANSCODE)
+    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
     submitted: list[str] = []
     users = {}
     for username, count in (("dora", 6), ("eli", 4)):
@@ -33,7 +33,7 @@ def held_jobs(make_person):
             submitted.append(job_id)
     released = sched.release()
     # Anything else this release let go is another test's real work: send it on.
-    dispatch.publish(Lane.CPU_TRANSCODE, [r for r in released if r[0] not in submitted])
+    dispatcher.publish(Lane.CPU_TRANSCODE, [r for r in released if r[0] not in submitted])
     released = [r for r in released if r[0] in submitted]
     yield users
     for job_id in submitted:
@@ -41,7 +41,7 @@ def held_jobs(make_person):
     # Finishing the jobs this test released (never published) frees their
     # slots; what that releases belongs to other tests' users and must go out.
     for job_id, _ in released:
-        dispatch.publish(Lane.CPU_TRANSCODE, sched.finish(job_id))
+        dispatcher.publish(Lane.CPU_TRANSCODE, sched.finish(job_id))
     # The scheduler keeps a key's rate (and token bucket) after its work is
     # gone, and nothing on cpu-transcode ever sets it again. The PostgreSQL
     # run's Redis outlives the test database, whose ids start over at 1 next

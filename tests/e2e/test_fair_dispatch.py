@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+import dispatcher
 from bench.tasks import RUNS_KEY
-from project import dispatch
 from project.celery import app
 from project.lanes import Lane
 from tests.media import make_video
@@ -28,13 +28,13 @@ def wait_for(predicate, timeout: float, what: str) -> None:
 
 
 def test_a_light_user_overtakes_a_heavy_backlog(workers, redis_client):
-    sched = dispatch.scheduler(Lane.CPU_TRANSCODE)
+    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
     sched.clear()
     for i in range(40):
-        dispatch.enqueue("bench.cpu.spin", [f"heavy-{i}", "heavy", 100], task_id=f"heavy-{i}", fair_key="heavy", cost=0.1)
+        dispatcher.enqueue("bench.cpu.spin", [f"heavy-{i}", "heavy", 100], task_id=f"heavy-{i}", fair_key="heavy", cost=0.1)
     wait_for(lambda: len(runs(redis_client)) >= 4, 30, "the heavy backlog to be under way")
-    assert dispatch.enqueue("bench.cpu.spin", ["light-0", "light", 100], task_id="light-0", fair_key="light",
-                            cost=0.1)
+    assert dispatcher.enqueue("bench.cpu.spin", ["light-0", "light", 100], task_id="light-0", fair_key="light",
+                              cost=0.1)
     # What had left the heavy backlog by the time the light job arrived (an
     # upper bound: the snapshot is taken a moment after the submit).
     released_before_light = 40 - sched.snapshot()["keys"]["heavy"]["backlog"]

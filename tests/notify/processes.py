@@ -12,7 +12,8 @@ from pathlib import Path
 
 from celery import Celery
 
-from bench.harness import Worker, _free_port as free_port
+from bench.harness import Worker
+from bench.harness import _free_port as free_port
 from tests.workers import test_database_url
 
 __all__ = ("IoWorker", "free_port", "private_redis")
@@ -29,7 +30,7 @@ class IoWorker(Worker):
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Ping through the worker's own broker (it may be a private Redis)."""
-        control = Celery(broker=self.env["REDIS_URL"]).control
+        control = Celery(broker=self.env["REDIS_URL"], set_as_current=False).control
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

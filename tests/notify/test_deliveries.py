@@ -13,9 +13,9 @@ from django.db import connections
 from django.utils import timezone
 from standardwebhooks import Webhook
 
+import dispatcher
 from notify import services
 from notify.models import Delivery, Endpoint, Event
-from project import dispatch
 from project.lanes import Lane
 from tests.notify.receiver import Answer, Receiver, scripted
 
@@ -72,7 +72,7 @@ def test_a_5xx_is_retried_later_through_the_fair_dispatcher_with_the_same_webhoo
         task_id = f"notify-dlv-{delivery.id}-1"
         # Held by the dispatcher until due, no Celery ETA (once due, a
         # worker's ticker may have released it already: the io lane is paused).
-        assert dispatch.scheduler(Lane.IO_NOTIFY).known(task_id) in ("delayed", "released")
+        assert dispatcher.scheduler(Lane.IO_NOTIFY).known(task_id) in ("delayed", "released")
         # The old message, delivered again, claims nothing.
         assert services.delivery_attempt(delivery_id=str(delivery.id), seq=0) == "stale"
         assert attempt(delivery) == "succeeded"
@@ -228,6 +228,6 @@ def test_a_throttled_try_is_rescheduled_for_its_token_without_counting_an_attemp
     assert second.attempts == 0 and second.status == "pending" and not second.attempt_log.exists()
     # the second token is due 0.5 s after the first was taken (Redis's clock: a few ms of slack)
     assert before + timedelta(seconds=0.49) <= second.next_attempt_at <= after + timedelta(seconds=0.51)
-    assert dispatch.scheduler(Lane.IO_NOTIFY).known(f"notify-dlv-{second.id}-1") in ("delayed", "released")
+    assert dispatcher.scheduler(Lane.IO_NOTIFY).known(f"notify-dlv-{second.id}-1") in ("delayed", "released")
     assert attempt(second, reserved=True) == "succeeded"  # it holds its token: no second check
     assert json.loads(receiver.received()[1].body)["type"] == "job.failed"

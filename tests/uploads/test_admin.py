@@ -7,7 +7,7 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission
 
-from project import dispatch
+import dispatcher
 from project.lanes import Lane
 from uploads.models import Job, Upload
 
@@ -41,16 +41,16 @@ def test_confirmed_retry_requeues_through_the_dispatcher_and_is_logged(admin_cli
     failed.refresh_from_db()
     done.refresh_from_db()
     assert failed.status == "queued" and failed.error_code == "" and done.status == "succeeded"
-    assert dispatch.scheduler(Lane.CPU_TRANSCODE).known(str(failed.id)) in {"held", "released"}
+    assert dispatcher.scheduler(Lane.CPU_TRANSCODE).known(str(failed.id)) in {"held", "released"}
     entry = LogEntry.objects.get(object_id=str(failed.id))
     assert entry.user.username == "admin" and "Retried" in entry.change_message
-    dispatch.scheduler(Lane.CPU_TRANSCODE).clear()
+    dispatcher.scheduler(Lane.CPU_TRANSCODE).clear()
 
 
 def test_cancel_takes_a_held_job_out_of_the_backlog(admin_client, make_user, cpu_lane_paused,
                                                     django_capture_on_commit_callbacks):
     job = make_job(make_user("carol"), Job.Status.QUEUED)
-    sched = dispatch.scheduler(Lane.CPU_TRANSCODE)
+    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
     sched.submit(str(job.id), str(job.owner_id), due=9e9)  # held (delayed) so nothing releases it
     with django_capture_on_commit_callbacks(execute=True):
         admin_client.post(CHANGELIST, {"action": "cancel_jobs", "_selected_action": [job.pk], "confirm": "yes"})

@@ -12,7 +12,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import OperationalError
 from django.utils import timezone
 
-from project import dispatch
+import dispatcher
 from project.lanes import Lane
 from uploads import attempts, services
 from uploads.errors import JobError, TransientError
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 def sched(redis_client, cpu_lane_paused):
     """The cpu lane's scheduler on an empty Redis database, with no worker
     consuming the lane (these tests play the worker)."""
-    return dispatch.scheduler(Lane.CPU_TRANSCODE)
+    return dispatcher.scheduler(Lane.CPU_TRANSCODE)
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_a_transient_error_queues_the_job_again_at_the_front_after_a_backoff(job
                                                                              django_capture_on_commit_callbacks):
     settings.FAIRLANE_RETRY_BASE_DELAY_S = 60
     with django_capture_on_commit_callbacks(execute=True):
-        assert run(job, raising(OperationalError("server closed the connection"))) == dispatch.HANDED_BACK
+        assert run(job, raising(OperationalError("server closed the connection"))) == dispatcher.HANDED_BACK
     job.refresh_from_db()
     assert job.status == "queued" and job.attempts == 1 and job.lease_expires_at is None
     [attempt] = JobAttempt.objects.filter(job=job)
@@ -90,7 +90,7 @@ def test_transient_errors_fail_the_job_with_the_last_error_after_the_maximum(job
         with django_capture_on_commit_callbacks(execute=True):
             outcomes.append(run(job, raising(TransientError("storage unavailable"))))
     job.refresh_from_db()
-    assert outcomes == [dispatch.HANDED_BACK, dispatch.HANDED_BACK, None]
+    assert outcomes == [dispatcher.HANDED_BACK, dispatcher.HANDED_BACK, None]
     assert job.status == "failed" and job.error_code == "transient_error" and job.attempts == 3
     assert "Gave up after 3 attempts" in job.error_message
     assert list(JobAttempt.objects.filter(job=job).values_list("outcome", flat=True)) == ["retry", "retry", "failed"]
@@ -109,7 +109,7 @@ def test_a_soft_time_limit_fails_unless_the_probe_showed_a_bigger_job(job, setti
         raise SoftTimeLimitExceeded()
 
     with django_capture_on_commit_callbacks(execute=True):
-        assert run(job, bigger_than_thought, soft=130) == dispatch.HANDED_BACK
+        assert run(job, bigger_than_thought, soft=130) == dispatcher.HANDED_BACK
     job.refresh_from_db()
     assert job.status == "queued"
     assert services.job_time_limits(job)["soft_time_limit"] > 130  # the next attempt gets the bigger limit
@@ -166,11 +166,11 @@ def test_expired_leases_are_recovered_and_live_ones_left_alone(job, make_user, d
 
 
 def test_a_stopping_worker_hands_back_a_job_it_has_not_started(job, sched, django_capture_on_commit_callbacks):
-    dispatch.set_draining("cpu@test-host", True)
+    dispatcher.set_draining("cpu@test-host", True)
     try:
-        assert run(job, raising(AssertionError("must not run"))) == dispatch.HANDED_BACK
+        assert run(job, raising(AssertionError("must not run"))) == dispatcher.HANDED_BACK
     finally:
-        dispatch.set_draining("cpu@test-host", False)
+        dispatcher.set_draining("cpu@test-host", False)
     job.refresh_from_db()
     assert (job.status, job.attempts) == ("queued", 0)
     # back at the front of its user's backlog with its charge refunded; then released again

@@ -13,8 +13,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 from PIL import Image
 
+import dispatcher
 from notify import services as notify_services
-from project import dispatch
 from project.lanes import Lane
 from tests.workers import lane_paused
 from uploads import attempts, services
@@ -35,11 +35,11 @@ class Outage:
 
     def begin(self) -> None:
         self.settings.FAIR_REDIS_URL = self.dead
-        dispatch._schedulers.clear()  # the clients are cached per process
+        dispatcher.service._schedulers.clear()  # the clients are cached per process
 
     def end(self) -> None:
         self.settings.FAIR_REDIS_URL = self.real
-        dispatch._schedulers.clear()
+        dispatcher.service._schedulers.clear()
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_an_upload_accepted_while_redis_is_down_is_published_once_it_is_back(out
     assert Job.objects.get(id=job_id).status == "queued"
 
     outage.end()
-    sched = dispatch.scheduler(Lane.CPU_TRANSCODE)
+    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
     assert sched.known(job_id) is None  # nothing reached the dispatcher
     assert services.jobs_reconcile() == 1
     assert sched.known(job_id) in ("held", "released")
@@ -93,9 +93,9 @@ def test_a_job_that_ends_while_redis_is_down_keeps_its_outputs_and_is_notified_l
 
     outage.end()
     task_id = f"notify-job-{job.id}-succeeded"
-    assert dispatch.scheduler(Lane.IO_NOTIFY).known(task_id) is None
+    assert dispatcher.scheduler(Lane.IO_NOTIFY).known(task_id) is None
     assert notify_services.job_notifications_reconcile() == 1
-    assert dispatch.scheduler(Lane.IO_NOTIFY).known(task_id) in ("held", "released")
+    assert dispatcher.scheduler(Lane.IO_NOTIFY).known(task_id) in ("held", "released")
     notify_services.job_event_process(job_id=str(job.id), status="succeeded")  # as the io worker does
     job.refresh_from_db()
     assert not job.notify_pending

@@ -59,7 +59,7 @@ class _BreaksWhileRead(SimpleUploadedFile):
 def test_a_request_that_fails_half_way_leaves_no_rows_no_files_and_enqueues_nothing(make_user, redis_client, settings):
     from pathlib import Path
 
-    from project import dispatch
+    import dispatcher
     from project.lanes import Lane
 
     owner = make_user("owner")
@@ -69,4 +69,4 @@ def test_a_request_that_fails_half_way_leaves_no_rows_no_files_and_enqueues_noth
     assert not Upload.objects.exists() and not Job.objects.exists()
     stored = Path(settings.MEDIA_ROOT) / "uploads" / str(owner.pk)
     assert not stored.exists() or not any(stored.iterdir())  # the first file, already written, is removed
-    assert dispatch.scheduler(Lane.CPU_TRANSCODE).snapshot()["totals"]["held"] == 0
+    assert dispatcher.scheduler(Lane.CPU_TRANSCODE).snapshot()["totals"]["held"] == 0

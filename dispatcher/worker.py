@@ -19,7 +19,7 @@
   draining (its children give back jobs they have not started), shrink the
   window, wait up to FAIRLANE_SHUTDOWN_GRACE_S for running jobs, then ask
   each one's interrupt-handler to hand it back (FAIR_INTERRUPT_HANDLERS).
-- A task that returns dispatch.HANDED_BACK has given its job back to the
+- A task that returns HANDED_BACK has given its job back to the
   scheduler (or the job is another delivery's): no finish is reported.
 
 Signals fire in the process that runs the task: a prefork child or a thread
@@ -34,14 +34,13 @@ import time
 from dataclasses import dataclass
 
 from billiard.exceptions import WorkerLostError
-from celery import signals
+from celery import shared_task, signals
 from celery.exceptions import TimeLimitExceeded
 from django.conf import settings
 from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
-from project.celery import app
-from project.dispatch import HANDED_BACK, finish, publish, release_all, scheduler, set_draining
+from dispatcher.service import HANDED_BACK, finish, publish, release_all, scheduler, set_draining
 from project.lanes import FAIR_LANES, Lane
 from project.routing import UnroutedTaskError, lane_for
 
@@ -305,7 +304,7 @@ def _on_worker_shutdown(**kwargs) -> None:
             log.exception("could not unregister %s from %s", name, lane)
 
 
-@app.task(name="project.fair_reconcile", ignore_result=True)
+@shared_task(name="project.fair_reconcile", ignore_result=True)
 def fair_reconcile() -> None:
     """Beat's safety net: rebuild lost held state and release what fits."""
     reconcile()

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from project import dispatch
+import dispatcher
 from project.lanes import Lane
 
 pytestmark = pytest.mark.django_db
@@ -16,7 +16,7 @@ def held_jobs(make_user, cpu_lane_paused):
     """Ten jobs of one user on cpu-transcode; a rate limit of one job per
     thousand seconds keeps nine of them held while the test looks."""
     alice = make_user("alice")
-    sched = dispatch.scheduler(Lane.CPU_TRANSCODE)
+    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
     ids = [f"admin-test-{i}" for i in range(10)]
     payload = json.dumps({"task": "bench.cpu.noop", "args": ["x", "alice"]})
     for job_id in ids:

@@ -1,7 +1,7 @@
 """Random sequences of every FairScheduler operation against an exact model.
 
 `Model` below is the scheduler's contract written out in Python, rule for rule
-with the Lua in project/fairness/lua/: every job's state and flags (`r`:
+with the Lua in dispatcher/lua/: every job's state and flags (`r`:
 handed back by its attempt, so a late start() of that attempt is refused;
 `f`: a delayed retry that rejoins the front of its backlog), each backlog's
 order, the virtual clock and each key's virtual time, the active / capped /
@@ -30,10 +30,14 @@ import redis
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test,
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
 )
 
-from project.fairness import FairScheduler
+from dispatcher import FairScheduler
 
 # Few ids and keys, so duplicates, caps and contention happen in most runs.
 JOB_ID_POOL = [f"j{i}" for i in range(10)]

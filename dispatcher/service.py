@@ -2,10 +2,10 @@
 
 Services call `enqueue` with the task's arguments and its fairness key (the
 owning user). For a fair lane the message is not published: the job is held
-in the lane's FairScheduler (project/fairness/) and published by `publish`
-when the scheduler releases it, from here (right after the submit), from a
-worker when a job finishes (project/fair_worker.py), or from the workers'
-ticker. A plain lane publishes at once. The router still decides the lane.
+in the lane's FairScheduler (scheduler.py) and published by `publish` when
+the scheduler releases it, from here (right after the submit), from a worker
+when a job finishes (worker.py), or from the workers' ticker. A plain lane
+publishes at once. The router still decides the lane.
 
 A held job's payload is the Celery call itself (task name, args, task id),
 so what Flower shows once released is the ordinary task with its readable
@@ -24,11 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
+from celery import Celery
 from django.conf import settings
 from django.db import transaction
+from django.utils.module_loading import import_string
 
-from project.celery import app
-from project.fairness import NO_RATE_LIMIT, FairScheduler
+from dispatcher.scheduler import NO_RATE_LIMIT, FairScheduler
 from project.lanes import FAIR_LANES, Lane
 from project.routing import lane_for
 
@@ -52,6 +53,16 @@ class KeyPolicy:
     weight: float = 1.0
     cap: int | None = None
     rate: tuple[float, float] | None = None
+
+
+def celery_app() -> Celery:
+    """The Celery app that publishes released jobs: settings.FAIR_CELERY_APP,
+    by name, so the dispatcher never imports the project's Celery module
+    (which loads this package's worker signals: that would be a circle).
+    Not celery.current_app: any Celery() created later in the process (a
+    control client, a test) becomes "current" and would publish without the
+    project's routes."""
+    return import_string(settings.FAIR_CELERY_APP)
 
 
 _schedulers: dict[tuple[int, Lane], FairScheduler] = {}
@@ -101,7 +112,7 @@ def enqueue(
     lane = lane_for(task_name)
     if not is_fair(lane):  # plain FIFO Celery (the benchmarks' baseline): a broker-side countdown
         countdown = max(0.0, due - time.time()) if due else None
-        app.send_task(task_name, args=args, task_id=task_id, countdown=countdown, **(options or {}))
+        celery_app().send_task(task_name, args=args, task_id=task_id, countdown=countdown, **(options or {}))
         return True
     policy = policy or KeyPolicy()
     sched = scheduler(lane)
@@ -194,8 +205,8 @@ def publish(lane: Lane, released: list[tuple[str, str]]) -> None:
     """
     for task_id, payload in released:
         call = json.loads(payload)
-        app.send_task(call["task"], args=call["args"], task_id=task_id, headers={FAIR_HEADER: lane.value},
-                      **call.get("options", {}))
+        celery_app().send_task(call["task"], args=call["args"], task_id=task_id,
+                               headers={FAIR_HEADER: lane.value}, **call.get("options", {}))
 
 
 def release_all(now: float | None = None) -> int:
@@ -225,4 +236,4 @@ def cancel(task_name: str, task_ids: list[str]) -> None:
         for task_id in task_ids:
             sched.cancel(task_id)
     if task_ids:
-        app.control.revoke(task_ids)
+        celery_app().control.revoke(task_ids)

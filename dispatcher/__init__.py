@@ -1,9 +1,24 @@
-"""Fair dispatch for a Celery lane: hold jobs per fairness key, release them fairly.
+"""The fair dispatcher: hold jobs per fairness key, release them fairly into
+Celery lanes. Its one home: the scheduling core, its Lua, its Celery wiring
+and its staff page.
 
-Pure scheduling core: Redis and Lua only, nothing about Django or Celery. The
-caller (project.dispatch and the worker signals) submits a job with its
-serialized Celery message as an opaque payload, publishes what `release`
-returns, and reports `start`, `heartbeat` and `finish`.
+Layout
+------
+- `scheduler.py` and `lua/`: the core, Redis and Lua only, nothing about
+  Django or Celery. A job is submitted with its serialized Celery message as
+  an opaque payload; the caller publishes what `release` returns and reports
+  `start`, `heartbeat` and `finish`.
+- `service.py`: the Celery side of a submit, and the public functions below
+  (the one way work enters a lane).
+- `worker.py`: the worker side, wired through Celery signals (start/finish
+  reports, heartbeats, the ticker, draining); `project/celery.py` imports it.
+- `admin_page.py` (+ `templates/`): the staff page `/admin/fairness/`.
+
+Callers use this package's namespace (`from dispatcher import enqueue`), never
+its modules. Nothing here imports the Django project's Celery app or URL
+configuration; `project/` imports the dispatcher, not the other way round
+(only `project.lanes` and `project.routing`, which say which lane a task is
+on, are read from here).
 
 The algorithm (start-time fair queueing, per lane)
 ---------------------------------------------------
@@ -63,6 +78,24 @@ We chose hold-and-release because:
 The doorbell remains the better fit if long jobs meet kombu's visibility
 timeout; the lease layout here (inflight set, heartbeats) would carry over.
 """
-from project.fairness.scheduler import NO_RATE_LIMIT, FairScheduler, Released
+from dispatcher.scheduler import NO_RATE_LIMIT, FairScheduler, Released
+from dispatcher.service import (
+    HANDED_BACK,
+    KeyPolicy,
+    after_commit,
+    cancel,
+    enqueue,
+    finish,
+    hand_back,
+    is_draining,
+    is_fair,
+    publish,
+    release_all,
+    scheduler,
+    set_draining,
+)
 
-__all__ = ("NO_RATE_LIMIT", "FairScheduler", "Released")
+__all__ = (
+    "HANDED_BACK", "NO_RATE_LIMIT", "FairScheduler", "KeyPolicy", "Released", "after_commit", "cancel", "enqueue",
+    "finish", "hand_back", "is_draining", "is_fair", "publish", "release_all", "scheduler", "set_draining",
+)

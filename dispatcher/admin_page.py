@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.module_loading import import_string
 
-from project import dispatch
+from dispatcher.service import scheduler
 from project.lanes import FAIR_LANES
 
 
@@ -25,7 +25,7 @@ def lanes_snapshot() -> list[dict]:
     (share of worker time, wait p50/p99)."""
     lanes = []
     for lane in sorted(FAIR_LANES):
-        snap = dispatch.scheduler(lane).snapshot()
+        snap = scheduler(lane).snapshot()
         usage = _usage(lane.value)
         keys = set(snap["keys"]) | set(usage)
         names = dict(get_user_model().objects.filter(id__in=[int(k) for k in keys if k.isdigit()])
@@ -49,4 +49,4 @@ def lanes_snapshot() -> list[dict]:
 def fairness_page(request: HttpRequest) -> HttpResponse:
     context = {**admin.site.each_context(request), "title": "Fair dispatch", "lanes": lanes_snapshot(),
                "minutes": settings.FAIR_USAGE_MINUTES}
-    return render(request, "admin/fairness.html", context)
+    return render(request, "dispatcher/fairness.html", context)

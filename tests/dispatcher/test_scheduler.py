@@ -6,7 +6,7 @@ from collections import Counter, deque
 import pytest
 import redis
 
-from project.fairness import NO_RATE_LIMIT, FairScheduler
+from dispatcher import NO_RATE_LIMIT, FairScheduler
 
 LANE = "test-lane"  # not a real lane: live workers of other tests must not touch it
 
