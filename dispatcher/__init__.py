@@ -80,22 +80,12 @@ timeout; the lease layout here (inflight set, heartbeats) would carry over.
 """
 from dispatcher.scheduler import NO_RATE_LIMIT, FairScheduler, Released
 from dispatcher.service import (
-    HANDED_BACK,
-    KeyPolicy,
-    after_commit,
-    cancel,
-    enqueue,
-    finish,
-    hand_back,
-    is_draining,
-    is_fair,
-    publish,
-    release_all,
-    scheduler,
-    set_draining,
+    HANDED_BACK, KeyPolicy, after_commit, cancel, enqueue, finish, hand_back, is_draining, is_fair, job_id_of,
+    publish, release_all, scheduler, set_draining,
 )
 
 __all__ = (
     "HANDED_BACK", "NO_RATE_LIMIT", "FairScheduler", "KeyPolicy", "Released", "after_commit", "cancel", "enqueue",
-    "finish", "hand_back", "is_draining", "is_fair", "publish", "release_all", "scheduler", "set_draining",
+    "finish", "hand_back", "is_draining", "is_fair", "job_id_of", "publish", "release_all", "scheduler",
+    "set_draining",
 )

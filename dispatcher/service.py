@@ -9,15 +9,19 @@ publishes at once. The router still decides the lane.
 
 A held job's payload is the Celery call itself (task name, args, task id),
 so what Flower shows once released is the ordinary task with its readable
-arguments. Task ids derive from the job id, which makes a re-submission of
-the same job (reconciler, duplicate request) recognisable: the scheduler
-accepts a task id once.
+arguments. The scheduler knows a job by its job id, which makes a
+re-submission of the same job (reconciler, duplicate request) recognisable:
+it accepts a job id once. Each released message gets an id of its own,
+`<job id>@<random>` (`message_id`): Celery remembers revoked ids for hours
+and drops every message that carries one, so a message id must never be
+reused by a later run of the same job; Flower still shows the job id.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -43,6 +47,16 @@ FAIR_HEADER = "fairlane_lane"
 # shutdown) or belongs to another, live delivery. The worker then does not
 # report a finish, which would forget a job that is still owed a run.
 HANDED_BACK = "fairlane:handed-back"
+
+
+def message_id(job_id: str) -> str:
+    """A fresh Celery task id for one released message of `job_id`."""
+    return f"{job_id}@{secrets.token_hex(4)}"
+
+
+def job_id_of(task_id: str) -> str:
+    """The job a Celery task id belongs to (ids of plain lanes are job ids)."""
+    return task_id.rpartition("@")[0] or task_id
 
 
 @dataclass(frozen=True)
@@ -203,9 +217,9 @@ def publish(lane: Lane, released: list[tuple[str, str]]) -> None:
     expires and the scheduler offers it again: nothing is lost, and a
     duplicate delivery is dropped by the job's guarded start.
     """
-    for task_id, payload in released:
+    for job_id, payload in released:
         call = json.loads(payload)
-        celery_app().send_task(call["task"], args=call["args"], task_id=task_id,
+        celery_app().send_task(call["task"], args=call["args"], task_id=message_id(job_id),
                                headers={FAIR_HEADER: lane.value}, **call.get("options", {}))
 
 
@@ -227,13 +241,26 @@ def release_all(now: float | None = None) -> int:
     return count
 
 
-def cancel(task_name: str, task_ids: list[str]) -> None:
-    """Withdraw jobs: held ones leave the backlog; Celery is told to discard
-    messages already released (a worker drops a revoked task on receipt)."""
+def cancel(task_name: str, job_ids: list[str]) -> None:
+    """Withdraw waiting jobs: held and delayed ones leave the backlog.
+
+    A job already released is not revoked in Celery: its message is dropped
+    by the job's guarded start, which reports the finish and frees the slot
+    at once. (A revoke would be dropped by Celery without a word to the
+    dispatcher, and it is remembered by id for hours.)"""
     lane = lane_for(task_name)
     if is_fair(lane):
         sched = scheduler(lane)
-        for task_id in task_ids:
-            sched.cancel(task_id)
-    if task_ids:
-        celery_app().control.revoke(task_ids)
+        for job_id in job_ids:
+            sched.cancel(job_id)
+
+
+def hand_back_message(lane: Lane, job_id: str) -> None:
+    """A released message of `job_id` was discarded without running (revoked
+    from Flower, expired): put the job back at the front of its backlog and
+    release again, so its slot is not held until its lease runs out. Whether
+    the job is still owed a run is for its next delivery's guarded start to
+    decide. Nothing to do when the scheduler no longer has it in flight."""
+    sched = scheduler(lane)
+    if sched.requeue(job_id):
+        publish(lane, sched.release())

@@ -15,6 +15,11 @@
 - task_failure with WorkerLostError / TimeLimitExceeded (the prefork main
   process, when a child died or was killed at its hard limit): hand the job
   to its lost-handler (settings.FAIR_LOST_HANDLERS), or just free its slot.
+- task_revoked / task_unknown: Celery discarded a released message without
+  running it; the job is handed back (or, unknown, its slot freed), so no
+  message Celery drops leaves a slot held until a lease runs out.
+- Messages carry ids of their own (`<job id>@<random>`); everything here
+  reports the job id (`job_id_of`).
 - worker_shutting_down (SIGTERM, in the main process): mark the worker as
   draining (its children give back jobs they have not started), shrink the
   window, wait up to FAIRLANE_SHUTDOWN_GRACE_S for running jobs, then ask
@@ -40,7 +45,9 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
-from dispatcher.service import HANDED_BACK, finish, publish, release_all, scheduler, set_draining
+from dispatcher.service import (
+    HANDED_BACK, finish, hand_back_message, job_id_of, publish, release_all, scheduler, set_draining,
+)
 from project.lanes import FAIR_LANES, Lane
 from project.routing import UnroutedTaskError, lane_for
 
@@ -97,26 +104,27 @@ def _on_prerun(task_id: str, task, **kwargs) -> None:
     if lane is None:
         return
     with _running_lock:
-        _running[task_id] = _Running(lane, time.monotonic())
+        _running[job_id_of(task_id)] = _Running(lane, time.monotonic())
     _ensure_threads()
 
 
 @signals.task_postrun.connect
 def _on_postrun(task_id: str, task, retval=None, **kwargs) -> None:
+    job_id = job_id_of(task_id)
     with _running_lock:
-        entry = _running.pop(task_id, None)
+        entry = _running.pop(job_id, None)
     if entry is not None and retval != HANDED_BACK:
         # Off the task's critical path: the slot is free for the next message
         # (the headroom keeps one waiting) while the reporter tells the
         # scheduler and publishes what the freed slot releases.
-        _reports.put((task_id, entry.lane, time.monotonic() - entry.started))
+        _reports.put((job_id, entry.lane, time.monotonic() - entry.started))
 
 
-def _report(task_id: str, lane: Lane, actual: float) -> None:
+def _report(job_id: str, lane: Lane, actual: float) -> None:
     try:
-        publish(lane, scheduler(lane).finish(task_id, actual_cost=actual))
+        publish(lane, scheduler(lane).finish(job_id, actual_cost=actual))
     except Exception:  # Redis blip: the lease expires and the job's slot is reclaimed by reap
-        log.exception("could not report the end of %s on %s", task_id, lane)
+        log.exception("could not report the end of %s on %s", job_id, lane)
 
 
 def _report_loop() -> None:
@@ -178,14 +186,54 @@ def _on_task_failure(sender=None, task_id: str = "", exception: BaseException | 
         return
     reason = "timeout" if isinstance(exception, TimeLimitExceeded) else "lost"
     log.warning("task %s[%s]: worker child %s", sender.name, task_id, "timed out" if reason == "timeout" else "lost")
+    job_id = job_id_of(task_id)
     try:
         handler = settings.FAIR_LOST_HANDLERS.get(sender.name)
         if handler:
-            import_string(handler)(job_id=task_id, reason=reason)
+            import_string(handler)(job_id=job_id, reason=reason)
         else:
-            finish(sender.name, task_id)
+            finish(sender.name, job_id)
     except Exception:  # the lease sweep is the safety net
-        log.exception("could not handle the loss of %s", task_id)
+        log.exception("could not handle the loss of %s", job_id)
+
+
+@signals.task_revoked.connect
+def _on_task_revoked(sender=None, request=None, terminated: bool = False, expired: bool = False,
+                     **kwargs) -> None:
+    """Celery discarded a released message: revoked (Flower, the control
+    API) or expired. Celery acknowledges it and runs nothing, so without this
+    the job would hold its window slot until its release lease runs out. The
+    job goes back to the front of its backlog and is released again with a
+    new message; its guarded start decides whether it still runs (a job
+    canceled in the database is dropped then). A revoke that terminated a
+    running child first lets the job's interrupt-handler end that attempt
+    without counting it as a failure. To cancel a job, cancel it (admin,
+    API): a revoke only discards one message."""
+    if sender is None or request is None or (lane := _fair_lane(sender.name)) is None:
+        return
+    job_id = job_id_of(request.id)
+    log.warning("task %s[%s] %s; its job is offered again", sender.name, request.id,
+                "terminated" if terminated else "expired" if expired else "revoked")
+    try:
+        if terminated and sender.name in settings.FAIR_INTERRUPT_HANDLERS:
+            import_string(settings.FAIR_INTERRUPT_HANDLERS[sender.name])(job_id=job_id)
+        hand_back_message(lane, job_id)
+    except Exception:  # the lease sweep is the safety net
+        log.exception("could not hand back the revoked message of %s", job_id)
+
+
+@signals.task_unknown.connect
+def _on_task_unknown(sender=None, name: str = "", id: str = "", **kwargs) -> None:  # noqa: A002 (Celery's name)
+    """A message for a task this worker does not know (a deploy where web and
+    workers disagree) is rejected by Celery: free its slot; the database's
+    reconciler offers the job again later, when a worker may know it."""
+    if not id or _fair_lane(name) is None:
+        return
+    log.error("task %s[%s] unknown to this worker: its slot is freed", name, id)
+    try:
+        finish(name, job_id_of(id))
+    except Exception:
+        log.exception("could not free the slot of %s", id)
 
 
 @signals.worker_shutting_down.connect
@@ -212,11 +260,12 @@ def _drain() -> None:
     while time.monotonic() < deadline and _interruptible(state.active_requests):
         time.sleep(0.2)
     for request in _interruptible(state.active_requests):
+        job_id = job_id_of(request.id)
         try:
-            if import_string(settings.FAIR_INTERRUPT_HANDLERS[request.name])(job_id=request.id):
-                log.warning("grace period over: job %s handed back", request.id)
+            if import_string(settings.FAIR_INTERRUPT_HANDLERS[request.name])(job_id=job_id):
+                log.warning("grace period over: job %s handed back", job_id)
         except Exception:
-            log.exception("could not hand back %s", request.id)
+            log.exception("could not hand back %s", job_id)
     close_old_connections()
 
 

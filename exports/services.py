@@ -157,6 +157,8 @@ def export_build(attempt: Attempt) -> list[OutputFile]:
                        metadata={"entries": len(entries), "resumed_from_entry": resumed_from})]
 
 
-def job_export(*, job_id: str, hostname: str = "", soft_limit_s: float | None = None) -> str | None:
+def job_export(*, job_id: str, hostname: str = "", soft_limit_s: float | None = None,
+                  task_id: str = "") -> str | None:
     """Run one delivery of an export job; see uploads.attempts.job_attempt_run."""
-    return job_attempt_run(job_id=job_id, hostname=hostname, soft_limit_s=soft_limit_s, work=export_build)
+    return job_attempt_run(job_id=job_id, hostname=hostname, soft_limit_s=soft_limit_s, work=export_build,
+                           task_id=task_id)

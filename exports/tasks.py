@@ -10,4 +10,5 @@ from exports import services
 def job_run(self, job_id: str) -> str | None:
     # Returns dispatcher.HANDED_BACK when the job is owed another run.
     soft_limit = (self.request.timelimit or (None, None))[1]
-    return services.job_export(job_id=job_id, hostname=self.request.hostname or "", soft_limit_s=soft_limit)
+    return services.job_export(job_id=job_id, hostname=self.request.hostname or "", soft_limit_s=soft_limit,
+                                  task_id=self.request.id or "")

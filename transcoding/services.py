@@ -91,6 +91,8 @@ def transcode(attempt: Attempt) -> list[OutputFile]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def job_transcode(*, job_id: str, hostname: str = "", soft_limit_s: float | None = None) -> str | None:
+def job_transcode(*, job_id: str, hostname: str = "", soft_limit_s: float | None = None,
+                  task_id: str = "") -> str | None:
     """Run one delivery of a transcode job; see uploads.attempts.job_attempt_run."""
-    return job_attempt_run(job_id=job_id, hostname=hostname, soft_limit_s=soft_limit_s, work=transcode)
+    return job_attempt_run(job_id=job_id, hostname=hostname, soft_limit_s=soft_limit_s, work=transcode,
+                           task_id=task_id)

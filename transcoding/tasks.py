@@ -11,4 +11,5 @@ def job_run(self, job_id: str) -> str | None:
     # Returns dispatcher.HANDED_BACK when the job is owed another run
     # (dispatcher/worker.py then reports no finish to the scheduler).
     soft_limit = (self.request.timelimit or (None, None))[1]
-    return services.job_transcode(job_id=job_id, hostname=self.request.hostname or "", soft_limit_s=soft_limit)
+    return services.job_transcode(job_id=job_id, hostname=self.request.hostname or "", soft_limit_s=soft_limit,
+                                  task_id=self.request.id or "")

@@ -125,6 +125,12 @@ def _elapsed_s(job: Job) -> float:
     return max(0.0, (timezone.now() - job.started_at).total_seconds()) if job.started_at else 0.0
 
 
+def _this_budget(job: Job):
+    """The attempts that count toward FAIRLANE_MAX_ATTEMPTS: those since the
+    job's last retry by a person (Job.attempt_budget_from)."""
+    return JobAttempt.objects.filter(job_id=job.id, number__gt=job.attempt_budget_from)
+
+
 def _requeue_or_give_up(job: Job, number: int, *, outcome: str, code: str, message: str,
                         exhausted_code: str | None = None, delay_s: float | None = None) -> bool:
     """End attempt `number` as `outcome` and queue the job again after a
@@ -132,7 +138,7 @@ def _requeue_or_give_up(job: Job, number: int, *, outcome: str, code: str, messa
     last error. Returns True when the job was queued again. Only the job's
     current attempt can do either (the attempt number fences)."""
     job_id = str(job.id)
-    failures = JobAttempt.objects.filter(job_id=job_id, outcome__in=FAILED_OUTCOMES).count() + 1
+    failures = _this_budget(job).filter(outcome__in=FAILED_OUTCOMES).count() + 1
     if failures >= settings.FAIRLANE_MAX_ATTEMPTS:
         services.job_fail(job_id=job_id, code=exhausted_code or code, attempt=number,
                           message=f"{message} Gave up after {failures} attempts.")
@@ -164,8 +170,17 @@ def _still_owed_a_run(job_id: str) -> str | None:
     """After this delivery let go of a job: HANDED_BACK when the job is queued
     or running elsewhere (the scheduler still owes it a run, so this delivery
     must not report a finish), None when it is over (canceled, finished)."""
-    status = Job.objects.filter(id=job_id).values_list("status", flat=True).first()
-    return dispatcher.HANDED_BACK if status in (Job.Status.QUEUED, Job.Status.RUNNING) else None
+    job = Job.objects.filter(id=job_id).only(*services.JOB_FIELDS_FOR_DISPATCH, "status").first()
+    if job is not None and job.status == Job.Status.QUEUED:
+        # Queued again while this delivery had it (canceled and retried while
+        # it ran, or handed back by a stopping worker): the dispatcher may
+        # still count it as running here, and would offer it again only when
+        # this delivery's lease runs out. Hand it back now; if it was handed
+        # back already, this at most releases a duplicate message, which the
+        # guarded start drops.
+        services.job_hand_back(job)
+    return dispatcher.HANDED_BACK if job is not None and job.status in (Job.Status.QUEUED, Job.Status.RUNNING) \
+        else None
 
 
 def _dropped(job_id: str) -> str | None:
@@ -176,10 +191,12 @@ def _dropped(job_id: str) -> str | None:
     return _still_owed_a_run(job_id)
 
 
-def job_attempt_run(*, job_id: str, hostname: str, soft_limit_s: float | None, work: Work) -> str | None:
+def job_attempt_run(*, job_id: str, hostname: str, soft_limit_s: float | None, work: Work,
+                    task_id: str = "") -> str | None:
     """Run one delivery of a job: claim it, keep its lease, run `work`,
-    publish or fail or retry. Returns dispatcher.HANDED_BACK when the job is
-    owed another run (the caller's task returns it, see dispatcher/worker),
+    publish or fail or retry. `task_id`: the delivering message's own id
+    (recorded with the attempt). Returns dispatcher.HANDED_BACK when the job
+    is owed another run (the caller's task returns it, see dispatcher/worker),
     else None."""
     if hostname and dispatcher.is_draining(hostname):
         job = Job.objects.filter(id=job_id, status=Job.Status.QUEUED).first()
@@ -187,7 +204,7 @@ def job_attempt_run(*, job_id: str, hostname: str, soft_limit_s: float | None, w
             services.job_hand_back(job)
             log.info("job %s given back untouched: worker %s is stopping", job_id, hostname)
             return dispatcher.HANDED_BACK
-    job = services.job_start(job_id=job_id)
+    job = services.job_start(job_id=job_id, task_id=task_id)
     if job is None:
         return _dropped(job_id)
     attempt = Attempt(job=job, number=job.attempts)
@@ -325,7 +342,7 @@ def _abandon(job: Job, reason: str) -> None:
         code, message = EXPIRED, "The worker processing this file stopped responding."
     # A file that has crashed its worker before is the likely cause: it is a
     # resource problem (memory, a decoder crash), not bad luck with hosts.
-    crashed = reason == "lost" or JobAttempt.objects.filter(job=job, error_code=CRASHED).exists()
+    crashed = reason == "lost" or _this_budget(job).filter(error_code=CRASHED).exists()
     exhausted = "resource_limit" if crashed else CRASHED
     if not _requeue_or_give_up(job, number, outcome="lost", code=code, message=message, exhausted_code=exhausted):
         dispatcher.finish(services.job_task_name(job), str(job.id))

@@ -87,6 +87,9 @@ class Job(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
     progress = models.PositiveSmallIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
+    # Attempts numbered above this count toward FAIRLANE_MAX_ATTEMPTS: an
+    # operator's (or owner's) retry sets it to `attempts`, a fresh budget.
+    attempt_budget_from = models.PositiveIntegerField(default=0)
     error_code = models.CharField(max_length=64, blank=True)
     error_message = models.TextField(blank=True)
     task_id = models.CharField(max_length=64, blank=True, db_index=True)
@@ -146,6 +149,8 @@ class JobAttempt(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_log")
     number = models.PositiveIntegerField()
     worker = models.CharField(max_length=255, blank=True)
+    # The Celery message that delivered it (`<job id>@<random>`): Flower, results.
+    task_id = models.CharField(max_length=64, blank=True)
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     # A terminal Job.Status; or "retry" (transient error, queued again after a

@@ -90,7 +90,8 @@ def uploads_create(
                 upload.save()
                 job = Job(upload=upload, owner=owner, lane=Lane.CPU_TRANSCODE, queued_at=now,
                           scheduled_for=scheduled_for, cost_estimate=cost_estimate_for_size(f.size))
-                job.task_id = str(job.id)  # the Celery task id is the job id (Flower, TaskResult, admin search)
+                # Until a delivery records its message's id (`<job id>@<random>`, job_start)
+                job.task_id = str(job.id)
                 job.save()
                 # The job as accepted: once committed, a worker may move it on
                 # before the caller answers, and the answer is about acceptance.
@@ -199,15 +200,16 @@ def job_lease_until(now: datetime) -> datetime:
     return now + timedelta(seconds=settings.FAIRLANE_JOB_LEASE_S)
 
 
-def job_start(*, job_id: str) -> Job | None:
+def job_start(*, job_id: str, task_id: str = "") -> Job | None:
     """queued -> running, once, under a fresh lease. Returns None when another
     delivery got there first or the job is no longer runnable; the caller then
     drops the message. The new attempt number is the fencing token of every
-    later write of this attempt."""
+    later write of this attempt. `task_id`, the delivering message's id,
+    becomes the job's (Flower, the results admin)."""
     now = timezone.now()
     claimed = Job.objects.filter(id=job_id, status=Job.Status.QUEUED).update(
         status=Job.Status.RUNNING, started_at=now, attempts=F("attempts") + 1, progress=0,
-        lease_expires_at=job_lease_until(now),
+        lease_expires_at=job_lease_until(now), **({"task_id": task_id[:64]} if task_id else {}),
     )
     if not claimed:
         log.info("job %s not started: not queued (duplicate delivery or finished)", job_id)
@@ -216,7 +218,7 @@ def job_start(*, job_id: str) -> Job | None:
     waited_from = max(filter(None, [job.queued_at or job.created_at, job.scheduled_for]))
     job.wait_ms = _ms_between(waited_from, now)
     job.save(update_fields=["wait_ms"])
-    JobAttempt.objects.create(job=job, number=job.attempts, started_at=now, worker=worker_id())
+    JobAttempt.objects.create(job=job, number=job.attempts, started_at=now, worker=worker_id(), task_id=task_id[:64])
     logcontext.bind(job_id=str(job.id), user_id=job.owner_id, attempt=job.attempts)
     log.info("job started after waiting %d ms", job.wait_ms or 0)
     return job
@@ -309,17 +311,21 @@ def job_fail(*, job_id: str, code: str, message: str, attempt: int | None = None
 
 def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
     """failed/canceled -> queued, through the fair dispatcher like any new job
-    (no queue jumping); the next run counts as a new attempt. Returns the jobs
-    that were retried; others are left alone."""
+    (no queue jumping); the next run counts as a new attempt, with a fresh
+    budget of FAIRLANE_MAX_ATTEMPTS (failures before the retry do not count).
+    Returns the jobs that were retried; others are left alone."""
     now = timezone.now()
     with transaction.atomic():
         jobs = list(Job.objects.select_for_update().filter(
             id__in=list(job_ids), status__in=[Job.Status.FAILED, Job.Status.CANCELED]))
         ids = [job.id for job in jobs]
         Output.objects.filter(job_id__in=ids).delete()
+        # A fresh attempt budget (FAIRLANE_MAX_ATTEMPTS counts from here); the
+        # attempt log keeps the history.
         Job.objects.filter(id__in=ids).update(
             status=Job.Status.QUEUED, queued_at=now, progress=0, error_code="", error_message="",
             started_at=None, finished_at=None, wait_ms=None, process_ms=None, checkpoint={}, notify_pending=False,
+            attempt_budget_from=F("attempts"),
         )
         dispatcher.after_commit(lambda: jobs_enqueue(job_ids=[str(i) for i in ids]))
     log.info("%s retried %d job(s): %s", actor, len(ids), [str(i) for i in ids])

@@ -91,5 +91,7 @@ def test_flower_needs_its_password_and_shows_both_lanes_and_readable_tasks(flowe
         assert time.monotonic() < deadline, f"Flower shows {names} for the job"
         time.sleep(1)
     run = next(t for t in ours if t["name"] == "transcoding.job_run")
-    assert run["uuid"] == job_id and run["args"] == f"['{job_id}']"  # the job id, readable
-    assert Job.objects.get(id=job_id).status == "succeeded"
+    # The message's own id names the job (each run of a job gets a new one), args are readable.
+    assert run["uuid"].startswith(f"{job_id}@") and run["args"] == f"['{job_id}']"
+    job = Job.objects.get(id=job_id)
+    assert job.status == "succeeded" and job.task_id == run["uuid"]  # the admin links the same message

@@ -85,7 +85,8 @@ def test_worker_log_lines_about_a_job_carry_its_ids(workers, make_user, api_clie
     about_job = [line for line in lines if line.get("job_id") == job_id]
     assert len(about_job) >= 2, "expected the start and the end of the job in the log"
     for line in about_job:
-        assert line["user_id"] == user.id and line["task_id"] == job_id
+        assert line["user_id"] == user.id and line["task_id"] == Job.objects.get(id=job_id).task_id
+        assert line["task_id"].startswith(f"{job_id}@")
         assert line["lane"] == "cpu-transcode" and line["attempt"] == 1
 
 

@@ -96,6 +96,32 @@ def test_transient_errors_fail_the_job_with_the_last_error_after_the_maximum(job
     assert list(JobAttempt.objects.filter(job=job).values_list("outcome", flat=True)) == ["retry", "retry", "failed"]
 
 
+def test_a_retry_by_a_person_starts_a_fresh_attempt_budget(job, make_user, settings,
+                                                          django_capture_on_commit_callbacks):
+    """Two lost workers, then failed for good; retried from the admin, its
+    first transient error is retried, not the end of the budget: the
+    retry's attempts count from the retry on. The history stays."""
+    settings.FAIRLANE_MAX_ATTEMPTS = 3
+    settings.FAIRLANE_RETRY_BASE_DELAY_S = 0
+    for _ in range(2):
+        services.job_start(job_id=str(job.id))
+        with django_capture_on_commit_callbacks(execute=True):
+            attempts._abandon(Job.objects.get(id=job.id), "expired")
+    with django_capture_on_commit_callbacks(execute=True):
+        run(job, raising(TransientError("storage unavailable")))
+    job.refresh_from_db()
+    assert (job.status, job.error_code, job.attempts) == ("failed", "transient_error", 3)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.jobs_retry(job_ids=[str(job.id)], actor=make_user("operator"))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run(job, raising(TransientError("storage unavailable"))) == dispatcher.HANDED_BACK
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == ("queued", 4)
+    assert list(JobAttempt.objects.filter(job=job).values_list("outcome", flat=True)) == [
+        "lost", "lost", "failed", "retry"]
+
+
 def test_a_permanent_error_fails_at_once_without_a_retry(job):
     assert run(job, raising(JobError("not_media", "This is not a media file."))) is None
     job.refresh_from_db()
