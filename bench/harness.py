@@ -66,12 +66,13 @@ class Worker:
 
     def __init__(self, lane: str, *, pool: str, concurrency: int, name: str, log_dir: Path,
                  suffix: str = "bench", loglevel: str = "WARNING", env: dict | None = None,
-                 extra_args: tuple[str, ...] = ("--without-heartbeat",)):
+                 extra_args: tuple[str, ...] = ("--without-heartbeat",), wrapper: tuple[str, ...] = ()):
+        """`wrapper`: a command the worker runs under (e.g. faketime, taskset)."""
         self.name = f"{name}@{suffix}-{os.getpid()}"
         self.lane = lane
         self.log = log_dir / f"{name}.log"
         self.proc = subprocess.Popen(
-            [str(BIN / "celery"), "-A", "project", "worker", "-Q", lane, "-P", pool, "-c", str(concurrency),
+            [*wrapper, str(BIN / "celery"), "-A", "project", "worker", "-Q", lane, "-P", pool, "-c", str(concurrency),
              "-n", self.name, "--include", "bench.tasks", "-l", loglevel,
              "--without-mingle", "--without-gossip", *extra_args],
             cwd=ROOT, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,

@@ -12,6 +12,8 @@ Layout
   (the one way work enters a lane).
 - `worker.py`: the worker side, wired through Celery signals (start/finish
   reports, heartbeats, the ticker, draining); `project/celery.py` imports it.
+- `hosts.py`: which worker hosts are alive and which of their processes, as
+  the hosts say (a sweep elsewhere tells a lost host from a crash).
 - `admin_page.py` (+ `templates/`): the staff page `/admin/fairness/`.
 
 Callers use this package's namespace (`from dispatcher import enqueue`), never
@@ -78,6 +80,7 @@ We chose hold-and-release because:
 The doorbell remains the better fit if long jobs meet kombu's visibility
 timeout; the lease layout here (inflight set, heartbeats) would carry over.
 """
+from dispatcher.hosts import host_processes, register_host, unregister_worker_of_host
 from dispatcher.scheduler import NO_RATE_LIMIT, FairScheduler, Released
 from dispatcher.service import (
     HANDED_BACK, KeyPolicy, after_commit, cancel, enqueue, finish, hand_back, is_draining, is_fair, job_id_of,
@@ -86,6 +89,6 @@ from dispatcher.service import (
 
 __all__ = (
     "HANDED_BACK", "NO_RATE_LIMIT", "FairScheduler", "KeyPolicy", "Released", "after_commit", "cancel", "enqueue",
-    "finish", "hand_back", "is_draining", "is_fair", "job_id_of", "publish", "release_all", "scheduler",
-    "set_draining",
+    "finish", "hand_back", "host_processes", "is_draining", "is_fair", "job_id_of", "publish", "register_host",
+    "release_all", "scheduler", "set_draining", "unregister_worker_of_host",
 )

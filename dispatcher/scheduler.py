@@ -2,16 +2,20 @@
 
 Every rule lives in the scripts in `lua/` so that it runs atomically inside
 Redis, however many web processes and workers call at once; this module only
-marshals arguments, documents the contract and types the results. Time is an
-argument (`now`, seconds since the epoch, default `time.time()`): the scripts
-never read the server clock, so tests can drive time and every caller's lease
-arithmetic uses the clock it sleeps by.
+marshals arguments, documents the contract and types the results.
+
+One clock: every lease, due time, worker registration and token bucket is
+compared against Redis's own clock (`TIME` inside the scripts), never against
+the caller's, so hosts whose clocks disagree by minutes neither reap each
+other's running jobs nor drop each other's slots. Relative times (a retry's
+backoff: `delay_s`) are turned into due times there too. The `now` parameters
+(seconds since the epoch) exist for tests that drive time themselves;
+production code never passes them.
 """
 from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +48,13 @@ def _pairs(flat: list[Any]) -> list[Released]:
     return [(_text(flat[i]), _text(flat[i + 1])) for i in range(0, len(flat), 2)]
 
 
-def _now(now: float | None) -> float:
-    return time.time() if now is None else now
+def _now(now: float | None) -> float | str:
+    """A test's explicit time, or "" for Redis's clock."""
+    return "" if now is None else now
+
+
+def _opt(value: float | None) -> float | str:
+    return "" if value is None else value
 
 
 # Pass as `rate` to remove a key's rate limit (as cap=0 removes its cap).
@@ -124,9 +133,12 @@ class FairScheduler:
         cap: int | None = None,
         rate: tuple[float, float] | None = None,
         due: float | None = None,
+        delay_s: float | None = None,
         now: float | None = None,
     ) -> bool:
-        """Accept a job into `key`'s backlog (or into `delayed` until `due`).
+        """Accept a job into `key`'s backlog (or into `delayed` until `due`,
+        an absolute time such as a user's schedule, or for `delay_s` seconds
+        from now by Redis's clock).
 
         False, with nothing changed, when `job_id` is known already in any
         state: duplicate and concurrent submitters are harmless, and a job is
@@ -136,7 +148,8 @@ class FairScheduler:
         batch pays for one release.
         """
         return bool(self._run("submit", *self._submit_args(
-            job_id, key, cost=cost, payload=payload, weight=weight, cap=cap, rate=rate, due=due, now=now)))
+            job_id, key, cost=cost, payload=payload, weight=weight, cap=cap, rate=rate, due=due, delay_s=delay_s,
+            now=now)))
 
     def submit_and_release(self, job_id: str, key: str, **fields: Any) -> tuple[bool, list[Released]]:
         """`submit` then `release`, pipelined in one round trip: the hot path
@@ -155,7 +168,7 @@ class FairScheduler:
     def _submit_args(
         job_id: str, key: str, *, cost: float = 1.0, payload: str = "", weight: float | None = None,
         cap: int | None = None, rate: tuple[float, float] | None = None, due: float | None = None,
-        now: float | None = None,
+        delay_s: float | None = None, now: float | None = None,
     ) -> tuple:
         if cost < 0:
             raise ValueError("cost must be >= 0")
@@ -170,8 +183,9 @@ class FairScheduler:
             "" if weight is None else weight,
             "" if cap is None else cap,
             "" if rate is None else "0" if rate == NO_RATE_LIMIT else f"{rate[0]!r}:{rate[1]!r}",
-            "" if due is None else due,
+            _opt(due),
             _now(now),
+            _opt(delay_s),
         )
 
     def release(self, *, now: float | None = None, limit: int | None = None) -> list[Released]:
@@ -214,17 +228,17 @@ class FairScheduler:
         ))
 
     def requeue(
-        self, job_id: str, *, actual_cost: float = 0.0, due: float | None = None, payload: str = "",
-        now: float | None = None,
+        self, job_id: str, *, actual_cost: float = 0.0, due: float | None = None, delay_s: float | None = None,
+        payload: str = "", now: float | None = None,
     ) -> bool:
-        """Put a job in flight back at the front of its backlog (after `due`,
-        for a retry's backoff), its key charged `actual_cost` for the attempt
+        """Put a job in flight back at the front of its backlog (after `due`
+        or `delay_s`, for a retry's backoff), its key charged `actual_cost` for the attempt
         instead of the estimate (0: never started, a full refund); a non-empty
         `payload` replaces its message.
 
         False when the job is not in flight. Does not release.
         """
-        return bool(self._run("requeue", job_id, actual_cost, "" if due is None else due, _now(now), payload))
+        return bool(self._run("requeue", job_id, actual_cost, _opt(due), _now(now), payload, _opt(delay_s)))
 
     def reap(self, *, now: float | None = None) -> list[str]:
         """Put jobs whose lease expired back at the front of their backlogs.
@@ -241,15 +255,16 @@ class FairScheduler:
     def register_worker(
         self, name: str, slots: int, *, ttl_s: float = 60, now: float | None = None,
     ) -> None:
-        """Count `slots` of worker `name` in the window for `ttl_s`; call again to renew."""
-        now = _now(now)
-        self._run("register_worker", name, slots, now + ttl_s, now)
+        """Count `slots` of worker `name` in the window for `ttl_s` (by Redis's
+        clock); call again to renew."""
+        self._run("register_worker", name, slots, ttl_s, _now(now))
 
     def live_workers(self, *, now: float | None = None) -> dict[str, tuple[int, float]]:
         """Registered workers whose registration has not expired: name ->
         (slots, expires_at). For metrics and the admin, not the hot path."""
+        now = self.time() if now is None else now
         with self._client.pipeline(transaction=False) as pipe:
-            pipe.zrangebyscore(self.prefix + "workers", f"({_now(now)!r}", "+inf", withscores=True)
+            pipe.zrangebyscore(self.prefix + "workers", f"({now!r}", "+inf", withscores=True)
             pipe.hgetall(self.prefix + "slots")
             live, slots = pipe.execute()
         return {_text(name): (int(slots.get(name, 0)), expires) for name, expires in live}
@@ -281,18 +296,26 @@ class FairScheduler:
         return [None if raw is None else json.loads(raw)["s"]
                 for raw in self._client.hmget(self.prefix + "jobs", job_ids)]
 
-    def next_wakeup(self, now: float | None = None) -> float | None:
-        """When the ticker next has work: a delayed job due, a throttled key's
-        token, or a lease deadline. Never earlier than `now` (overdue work is
-        due now); None when nothing is pending, so the ticker can sleep until
-        a submit wakes it instead of polling.
+    def time(self) -> float:
+        """Redis's clock, the one the scripts compare against."""
+        seconds, micros = self._client.time()
+        return seconds + micros / 1e6
+
+    def next_wakeup_in(self, now: float | None = None) -> float | None:
+        """Seconds until the ticker next has work: a delayed job due, a
+        throttled key's token, or a lease deadline; 0 when overdue; None when
+        nothing is pending, so the ticker can sleep until a submit wakes it
+        instead of polling. Relative, measured on Redis's clock, so a caller
+        whose own clock is off still sleeps the right time.
         """
         with self._client.pipeline(transaction=False) as pipe:
             for name in ("delayed", "throttled", "inflight"):
                 pipe.zrange(self.prefix + name, 0, 0, withscores=True)
-            heads = pipe.execute()
+            pipe.time()
+            *heads, (seconds, micros) = pipe.execute()
+        now = seconds + micros / 1e6 if now is None else now
         times = [head[0][1] for head in heads if head]
-        return max(min(times), _now(now)) if times else None
+        return max(0.0, min(times) - now) if times else None
 
     def clear(self) -> None:
         """Delete all of the lane's state (tests, and the reconciler before a rebuild)."""

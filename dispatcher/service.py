@@ -118,14 +118,18 @@ def enqueue(
     cost: float = 1.0,
     policy: KeyPolicy | None = None,
     due: float | None = None,
+    delay_s: float | None = None,
     options: dict | None = None,
 ) -> bool:
     """Submit `task_name(*args)` to its lane; False if this task id is already
     held or in flight (the call was a duplicate and changed nothing).
+    Not before `due` (an absolute time, e.g. a user's schedule) or `delay_s`
+    seconds from now (a backoff: relative, so this host's clock does not
+    matter; the dispatcher counts it on Redis's clock).
     `options` are Celery call options for the message (time limits)."""
     lane = lane_for(task_name)
     if not is_fair(lane):  # plain FIFO Celery (the benchmarks' baseline): a broker-side countdown
-        countdown = max(0.0, due - time.time()) if due else None
+        countdown = delay_s if delay_s is not None else max(0.0, due - time.time()) if due else None
         celery_app().send_task(task_name, args=args, task_id=task_id, countdown=countdown, **(options or {}))
         return True
     policy = policy or KeyPolicy()
@@ -136,6 +140,7 @@ def enqueue(
     accepted, released = sched.submit_and_release(
         task_id, fair_key, cost=cost, payload=payload, weight=policy.weight,
         cap=policy.cap if policy.cap is not None else 0, rate=policy.rate or NO_RATE_LIMIT, due=due,
+        delay_s=delay_s,
     )
     publish(lane, released)
     return accepted
@@ -154,10 +159,10 @@ def hand_back(
     cost: float,
     actual_cost: float = 0.0,
     policy: KeyPolicy | None = None,
-    due: float | None = None,
+    delay_s: float | None = None,
     options: dict | None = None,
 ) -> None:
-    """Offer a job again at the front of its user's backlog (after `due`):
+    """Offer a job again at the front of its user's backlog (after `delay_s`):
     a retry, a job whose worker died, or one a stopping worker gave back.
 
     In flight, it is requeued in place, its key paying `actual_cost` for the
@@ -167,10 +172,12 @@ def hand_back(
     lane = lane_for(task_name)
     if is_fair(lane):
         sched = scheduler(lane)
-        if sched.requeue(task_id, actual_cost=actual_cost, due=due, payload=_payload(task_name, args, options)):
+        if sched.requeue(task_id, actual_cost=actual_cost, delay_s=delay_s,
+                         payload=_payload(task_name, args, options)):
             publish(lane, sched.release())
             return
-    enqueue(task_name, args, task_id=task_id, fair_key=fair_key, cost=cost, policy=policy, due=due, options=options)
+    enqueue(task_name, args, task_id=task_id, fair_key=fair_key, cost=cost, policy=policy, delay_s=delay_s,
+            options=options)
 
 
 def after_commit(publish_: Callable[[], object]) -> None:
@@ -223,7 +230,7 @@ def publish(lane: Lane, released: list[tuple[str, str]]) -> None:
                                headers={FAIR_HEADER: lane.value}, **call.get("options", {}))
 
 
-def release_all(now: float | None = None) -> int:
+def release_all() -> int:
     """Reap expired leases and release what fits, on every fair lane (ticker,
     beat, worker start). Returns how many jobs were published."""
     count = 0
@@ -231,11 +238,10 @@ def release_all(now: float | None = None) -> int:
         if not is_fair(lane):
             continue
         sched = scheduler(lane)
-        now_ = now or time.time()
-        reaped = sched.reap(now=now_)
+        reaped = sched.reap()
         if reaped:
             log.warning("lane %s: %d job lease(s) expired, offered again: %s", lane, len(reaped), reaped[:10])
-        released = sched.release(now=now_)
+        released = sched.release()
         publish(lane, released)
         count += len(released)
     return count

@@ -33,10 +33,12 @@ of the threads pool, hence the per-process state under a lock.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from billiard.exceptions import WorkerLostError
 from celery import shared_task, signals
@@ -45,6 +47,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
+from dispatcher.hosts import register_host, unregister_worker_of_host
 from dispatcher.service import (
     HANDED_BACK, finish, hand_back_message, job_id_of, publish, release_all, scheduler, set_draining,
 )
@@ -294,29 +297,43 @@ def _reconcile_if_due(hostname: str) -> None:
         reconcile()
 
 
+def _own_processes() -> list[int]:
+    """This worker's main process and its pool's children (prefork), from /proc."""
+    me, pids = os.getpid(), [os.getpid()]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == me:
+                pids.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return pids
+
+
 def _register_workers() -> None:
+    """Renew this worker's slots in each lane's window and its host's list of
+    live processes (dispatcher/hosts.py), both on Redis's clock."""
     for name, lane, slots in _worker_lanes:
         scheduler(lane).register_worker(name, slots, ttl_s=WORKER_TTL_S)
+    register_host(settings.FAIRLANE_HOST_ID, _worker_lanes[0][0], _own_processes(), ttl_s=WORKER_TTL_S)
 
 
 def _ticker_loop() -> None:
     """Reap and release on a timer, as a safety net beside the event-driven
     releases (submit, finish). Sleeps until the scheduler's next due time,
     at most FAIR_TICK_S; renews this worker's registration."""
-    last_register = last_reconcile = 0.0
+    last_register = last_reconcile = -float("inf")
     while not _stop.is_set():
         try:
-            now = time.time()
+            now = time.monotonic()  # intervals only: comparisons of instants are Redis's (one clock)
             if now - last_register > WORKER_TTL_S / 3 and not _draining.is_set():
                 _register_workers()
                 last_register = now
             if now - last_reconcile >= settings.FAIR_RECONCILE_S:
                 last_reconcile = now
                 _reconcile_if_due(_worker_lanes[0][0])
-            release_all(now)
-            due = [scheduler(lane).next_wakeup(now) for _, lane, _ in _worker_lanes]
-            due = [d for d in due if d is not None]
-            sleep_s = min([settings.FAIR_TICK_S, *[max(0.01, d - time.time()) for d in due]])
+            release_all()
+            due = [scheduler(lane).next_wakeup_in() for _, lane, _ in _worker_lanes]
+            sleep_s = min([settings.FAIR_TICK_S, *[max(0.01, d) for d in due if d is not None]])
         except Exception:
             log.exception("fair ticker failed; retrying")
             sleep_s = settings.FAIR_TICK_S
@@ -349,6 +366,7 @@ def _on_worker_shutdown(**kwargs) -> None:
     for name, lane, _ in _worker_lanes:
         try:
             scheduler(lane).unregister_worker(name)
+            unregister_worker_of_host(settings.FAIRLANE_HOST_ID, name)
         except Exception:
             log.exception("could not unregister %s from %s", name, lane)
 

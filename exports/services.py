@@ -25,9 +25,9 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.http import Http404
-from django.utils import timezone
 
 import dispatcher
+from project.dbclock import db_now
 from project.lanes import Lane
 from uploads import services as job_services
 from uploads.attempts import Attempt, job_attempt_run
@@ -59,7 +59,7 @@ def export_create(*, owner: AbstractBaseUser, batch: uuid.UUID) -> Job:
     size = sum(o.size for job in _batch_jobs(owner_id=owner.pk, batch=batch) for o in job.outputs.all())
     with transaction.atomic():
         job = Job(owner=owner, kind=Job.Kind.EXPORT, batch=batch, lane=Lane.CPU_TRANSCODE,
-                  queued_at=timezone.now(), cost_estimate=max(0.05, size / EXPORT_BYTES_PER_COST_SECOND))
+                  queued_at=db_now(), cost_estimate=max(0.05, size / EXPORT_BYTES_PER_COST_SECOND))
         job.task_id = str(job.id)
         job.save()
         dispatcher.after_commit(lambda: job_services.jobs_enqueue(job_ids=[str(job.id)]))

@@ -8,6 +8,7 @@ without them.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import dj_database_url
@@ -275,6 +276,11 @@ FAIRLANE_FFMPEG_THREADS = int(os.environ.get("FAIRLANE_FFMPEG_THREADS", "1"))
 FAIRLANE_URL_MAX_AGE_S = int(os.environ.get("FAIRLANE_URL_MAX_AGE_S", str(3600)))
 
 # --- Reliability (uploads/attempts.py, README "Reliability") --------------------------
+# This host's stable name among the worker hosts: attempts record it with
+# their pid, and each worker registers it with its live processes
+# (dispatcher/hosts.py), so a sweep on any host can tell a lost host from a
+# crashed process. Unique per host; the default is the host name.
+FAIRLANE_HOST_ID = os.environ.get("FAIRLANE_HOST_ID") or socket.gethostname()
 # A running attempt's lease in the database, renewed every third of it. A
 # worker that dies or stalls is noticed within this plus FAIR_RECONCILE_S.
 FAIRLANE_JOB_LEASE_S = float(os.environ.get("FAIRLANE_JOB_LEASE_S", "15"))

@@ -34,9 +34,7 @@ import logging
 import os
 import random
 import shutil
-import socket
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,10 +43,10 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
-from django.utils import timezone
 
 import dispatcher
 from project import metrics
+from project.dbclock import Now, db_now
 from project.lanes import Lane
 from uploads import services
 from uploads.errors import JobError, TransientError
@@ -122,7 +120,7 @@ def _lease_keeper(job_id: str, number: int, lost: threading.Event, done: threadi
 
 
 def _elapsed_s(job: Job) -> float:
-    return max(0.0, (timezone.now() - job.started_at).total_seconds()) if job.started_at else 0.0
+    return max(0.0, (db_now() - job.started_at).total_seconds()) if job.started_at else 0.0
 
 
 def _this_budget(job: Job):
@@ -150,7 +148,7 @@ def _requeue_or_give_up(job: Job, number: int, *, outcome: str, code: str, messa
 
 def _requeue(job: Job, number: int, *, outcome: str, code: str = "", message: str = "", delay_s: float = 0.0) -> bool:
     job_id = str(job.id)
-    now = timezone.now()
+    now = db_now()
     actual_cost = _elapsed_s(job)
     with transaction.atomic():
         requeued = Job.objects.filter(id=job_id, status=Job.Status.RUNNING, attempts=number).update(
@@ -159,8 +157,8 @@ def _requeue(job: Job, number: int, *, outcome: str, code: str = "", message: st
             return False
         JobAttempt.objects.filter(job_id=job_id, number=number, finished_at__isnull=True).update(
             finished_at=now, outcome=outcome, error_code=code[:64], error_message=message)
-        due = time.time() + delay_s if delay_s > 0 else None
-        dispatcher.after_commit(lambda: services.job_hand_back(job, actual_cost=actual_cost, due=due))
+        delay = delay_s if delay_s > 0 else None
+        dispatcher.after_commit(lambda: services.job_hand_back(job, actual_cost=actual_cost, delay_s=delay))
     metrics.count_event(lane=Lane.CPU_TRANSCODE, event=outcome)
     log.info("job %s attempt %d %s (%s); offered again in %.1f s", job_id, number, outcome, code or "-", delay_s)
     return True
@@ -281,7 +279,7 @@ def _attempt_worker(job: Job) -> tuple[str, int | None]:
 
 def _ran_here(job: Job) -> bool:
     """Whether the job's running attempt was started by a process of this host."""
-    return _attempt_worker(job)[0] == socket.gethostname()
+    return _attempt_worker(job)[0] == settings.FAIRLANE_HOST_ID
 
 
 def _pid_alive(pid: int) -> bool:
@@ -298,7 +296,21 @@ def _crashed_here(job: Job) -> bool:
     """The attempt's process was on this host and is gone: it crashed (or was
     killed), as opposed to a host that vanished or a process that stalled."""
     host, pid = _attempt_worker(job)
-    return host == socket.gethostname() and pid is not None and not _pid_alive(pid)
+    return host == settings.FAIRLANE_HOST_ID and pid is not None and not _pid_alive(pid)
+
+
+def _why_expired(job: Job) -> str:
+    """Why a running attempt's lease ran out, as its host tells it
+    (dispatcher/hosts.py): "lost" (its process died on a live host: a
+    crash), "host_gone" (its host's registration expired: the host vanished
+    or was cut off), or "expired" (its process is still there: stalled)."""
+    host, pid = _attempt_worker(job)
+    if host == settings.FAIRLANE_HOST_ID:
+        return "lost" if _crashed_here(job) else "expired"
+    processes = dispatcher.host_processes(host)
+    if processes is None:
+        return "host_gone"
+    return "expired" if pid in processes else "lost"
 
 
 def job_worker_lost(*, job_id: str, reason: str) -> None:
@@ -321,7 +333,14 @@ def job_worker_lost(*, job_id: str, reason: str) -> None:
 
 # Attempt error codes: a crash of the attempt's own process, and a lease that
 # ran out with nothing to tell why (its host vanished, or it stalled).
-CRASHED, EXPIRED = "worker_lost", "lease_expired"
+# Attempt error codes: a crash of the attempt's own process, a lease that
+# ran out on a live process (stalled), and a host that vanished with it.
+CRASHED, EXPIRED, HOST_LOST = "worker_lost", "lease_expired", "host_lost"
+LOST_MESSAGES = {
+    CRASHED: "The worker processing this file stopped unexpectedly.",
+    EXPIRED: "The worker processing this file stopped responding.",
+    HOST_LOST: "The machine processing this file was lost; the file is processed again elsewhere.",
+}
 
 
 def _abandon(job: Job, reason: str) -> None:
@@ -332,16 +351,16 @@ def _abandon(job: Job, reason: str) -> None:
                           message="Processing passed its hard time limit and was killed.")
         dispatcher.finish(services.job_task_name(job), str(job.id))
         return
-    if reason == "expired" and _crashed_here(job):
-        # The prefork parent does not always report a child that dies at once
-        # (billiard drops a job whose acknowledgement it had not read yet).
-        reason = "lost"
-    if reason == "lost":
-        code, message = CRASHED, "The worker processing this file stopped unexpectedly."
-    else:
-        code, message = EXPIRED, "The worker processing this file stopped responding."
+    if reason == "expired":
+        # The sweep found the lease run out: ask the attempt's host why (the
+        # prefork parent does not always report a child that dies at once:
+        # billiard drops a job whose acknowledgement it had not read yet).
+        reason = _why_expired(job)
+    code = {"lost": CRASHED, "host_gone": HOST_LOST}.get(reason, EXPIRED)
+    message = LOST_MESSAGES[code]
     # A file that has crashed its worker before is the likely cause: it is a
-    # resource problem (memory, a decoder crash), not bad luck with hosts.
+    # resource problem (memory, a decoder crash), not bad luck with hosts. A
+    # lost host or a stall is not the file's doing.
     crashed = reason == "lost" or _this_budget(job).filter(error_code=CRASHED).exists()
     exhausted = "resource_limit" if crashed else CRASHED
     if not _requeue_or_give_up(job, number, outcome="lost", code=code, message=message, exhausted_code=exhausted):
@@ -352,7 +371,7 @@ def jobs_recover_expired() -> int:
     """Offer again (or fail, after FAIRLANE_MAX_ATTEMPTS) every running job
     whose lease has run out: its worker died, lost its host, or stalled.
     Run by every worker's ticker (dispatcher/worker.py) under a lock."""
-    expired = Job.objects.filter(status=Job.Status.RUNNING, lease_expires_at__lt=timezone.now())
+    expired = Job.objects.filter(status=Job.Status.RUNNING, lease_expires_at__lt=Now())  # the database's clock
     count = 0
     for job in expired.iterator():
         log.warning("job %s attempt %d: lease expired at %s; its worker is presumed dead",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from django.utils import timezone
 import dispatcher
 from dispatcher import KeyPolicy
 from project import logcontext, metrics
+from project.dbclock import db_now
 from project.lanes import Lane
 from uploads.errors import ApplicationError
 from uploads.models import Job, JobAttempt, Output, Profile, Upload, upload_path
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 def worker_id() -> str:
     """Which process ran an attempt: enough to find its logs (called at run
     time: prefork children have their own pid)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return f"{settings.FAIRLANE_HOST_ID}:{os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def uploads_create(
     written: list[str] = []  # stored files, removed again if the transaction does not commit
     try:
         with transaction.atomic():
-            now = timezone.now()
+            now = db_now()
             for f in files:
                 upload = Upload(
                     owner=owner,
@@ -157,12 +157,12 @@ def job_time_limits(job: Job) -> dict:
     return {"soft_time_limit": round(soft), "time_limit": round(soft + settings.FAIRLANE_TIME_LIMIT_HARD_EXTRA_S)}
 
 
-def job_hand_back(job: Job, *, actual_cost: float = 0.0, due: float | None = None) -> None:
+def job_hand_back(job: Job, *, actual_cost: float = 0.0, delay_s: float | None = None) -> None:
     """Offer a queued job to the dispatcher again, at the front of its owner's
-    backlog (dispatcher.hand_back)."""
+    backlog (dispatcher.hand_back), after `delay_s` (a retry's backoff)."""
     dispatcher.hand_back(
         job_task_name(job), [str(job.id)], task_id=str(job.id), fair_key=str(job.owner_id), cost=job.cost_estimate,
-        actual_cost=actual_cost, due=due, options=job_time_limits(job),
+        actual_cost=actual_cost, delay_s=delay_s, options=job_time_limits(job),
         policy=fair_policies(user_ids=[job.owner_id], lane=Lane.CPU_TRANSCODE).get(job.owner_id),
     )
 
@@ -189,7 +189,7 @@ def jobs_reconcile() -> int:
     Submission is idempotent by task id, so racing the normal path is
     harmless; jobs younger than a few seconds are left to that path."""
     sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
-    settled = timezone.now() - timedelta(seconds=settings.FAIR_RECONCILE_MIN_AGE_S)
+    settled = db_now() - timedelta(seconds=settings.FAIR_RECONCILE_MIN_AGE_S)
     queued = [str(job_id) for job_id in Job.objects.filter(
         status=Job.Status.QUEUED, queued_at__lt=settled).values_list("id", flat=True).iterator()]
     missing = [job_id for job_id, state in zip(queued, sched.known_many(queued)) if state is None]
@@ -205,8 +205,9 @@ def job_start(*, job_id: str, task_id: str = "") -> Job | None:
     delivery got there first or the job is no longer runnable; the caller then
     drops the message. The new attempt number is the fencing token of every
     later write of this attempt. `task_id`, the delivering message's id,
-    becomes the job's (Flower, the results admin)."""
-    now = timezone.now()
+    becomes the job's (Flower, the results admin). Times and the lease are
+    the database's clock (project/dbclock.py)."""
+    now = db_now()
     claimed = Job.objects.filter(id=job_id, status=Job.Status.QUEUED).update(
         status=Job.Status.RUNNING, started_at=now, attempts=F("attempts") + 1, progress=0,
         lease_expires_at=job_lease_until(now), **({"task_id": task_id[:64]} if task_id else {}),
@@ -244,7 +245,7 @@ def job_progress_set(*, job_id: str, progress: int, attempt: int | None = None, 
 def job_lease_renew(*, job_id: str, attempt: int) -> bool:
     """Extend the running attempt's lease; False when it is no longer the
     job's running attempt."""
-    return bool(_this_attempt(job_id, attempt).update(lease_expires_at=job_lease_until(timezone.now())))
+    return bool(_this_attempt(job_id, attempt).update(lease_expires_at=job_lease_until(db_now())))
 
 
 def job_probe_record(*, job_id: str, kind: str, media_info: dict, cost_estimate: float) -> None:
@@ -252,7 +253,7 @@ def job_probe_record(*, job_id: str, kind: str, media_info: dict, cost_estimate:
 
 
 def _finish(job_id: str, status: str, attempt: int | None = None, **fields) -> bool:
-    now = timezone.now()
+    now = db_now()
     job = Job.objects.filter(id=job_id).only("started_at", "owner_id", "lane", "kind", "wait_ms").first()
     if job is None:
         return False
@@ -314,7 +315,7 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
     (no queue jumping); the next run counts as a new attempt, with a fresh
     budget of FAIRLANE_MAX_ATTEMPTS (failures before the retry do not count).
     Returns the jobs that were retried; others are left alone."""
-    now = timezone.now()
+    now = db_now()
     with transaction.atomic():
         jobs = list(Job.objects.select_for_update().filter(
             id__in=list(job_ids), status__in=[Job.Status.FAILED, Job.Status.CANCELED]))

@@ -29,6 +29,24 @@ local BATCH = 100
 local TOKEN_EPSILON = 1e-9
 
 local function fmt(x) return string.format('%.17g', x) end
+
+-- One clock for every host: Redis's. Callers on different hosts disagree
+-- about the time (by minutes, on a badly kept host); every lease, due time,
+-- registration and token bucket is compared against TIME here, never against
+-- a caller's clock. An explicit time (non-empty argument) is for tests that
+-- drive time themselves.
+local function clock(arg)
+  if arg and arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1e6
+end
+
+-- A due time given as an absolute time or as a delay from now (a retry's
+-- backoff: relative, so the caller's clock does not matter). Nil: not delayed.
+local function due_time(due, delay, now)
+  if delay and delay ~= '' then return now + tonumber(delay) end
+  return tonumber(due)
+end
 local function backlog(k) return P .. 'q:' .. k end
 
 local function hnum(hash, field, default)
@@ -128,8 +146,7 @@ local function take_token(k, now)
   if state then
     local t, a = string.match(state, '^([^:]+):([^:]+)$')
     t, a = tonumber(t), tonumber(a)
-    -- Callers on different hosts disagree a little about the time: a clock
-    -- behind the last update refills nothing rather than draining the bucket.
+    -- Time only moves forward for a bucket (a test may drive time back).
     tokens = math.min(burst, t + math.max(0, now - a) * per_s)
     at = math.max(a, now)
   end

@@ -5,7 +5,7 @@
 -- one round trip per completed job). A held job here is one reaped while it
 -- was still running; it is done, so it must not run again.
 local id, actual = ARGV[1], tonumber(ARGV[2])
-local now, lease_s, default_window, headroom = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local now, lease_s, default_window, headroom = clock(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local job = load_job(id)
 if job then
   if job.s == 'released' or job.s == 'running' then

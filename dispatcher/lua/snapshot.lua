@@ -3,7 +3,7 @@
 -- flight). One script, so the numbers are consistent with each other. Keys
 -- with a backlog are exactly those in active, capped or throttled, so no
 -- SCAN is needed.
-local now, default_window, headroom = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now, default_window, headroom = clock(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local states = {}
 for _, k in ipairs(redis.call('ZRANGE', ACTIVE, 0, -1)) do states[k] = 'active' end
 for _, k in ipairs(redis.call('SMEMBERS', CAPPED)) do states[k] = 'capped' end

@@ -7,7 +7,7 @@
 -- a release, so it may briefly exceed the window or its key's cap: it is
 -- running whatever we count. A held job that was handed back (r: a retry, a
 -- stopping worker) is refused: the attempt that let it go is ending.
-local id, now, lease_s = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local id, now, lease_s = ARGV[1], clock(ARGV[2]), tonumber(ARGV[3])
 local job = load_job(id)
 if not job or job.s == 'delayed' or job.r then return 0 end
 if job.s == 'held' then

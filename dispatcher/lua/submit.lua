@@ -1,11 +1,14 @@
--- submit(job_id, key, cost, payload, weight, cap, rate, due, now) -> 1 | 0
--- Empty weight/cap/rate/due mean "leave as is" / "not delayed"; cap "0" and
+-- submit(job_id, key, cost, payload, weight, cap, rate, due, now, delay) -> 1 | 0
+-- Empty weight/cap/rate/due mean "leave as is" / "not delayed"; `delay`
+-- (seconds) instead of `due` delays from Redis's clock; cap "0" and
 -- rate "0" remove the key's cap / rate limit. Returns 0 and
 -- changes nothing when the job id is known in any state: duplicate or
 -- concurrent submitters cannot put one job in twice, which is what makes
 -- release exactly-once. Does not release: the caller calls release next.
 local id, k, cost, payload = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local new_weight, new_cap, new_rate, due, now = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+local new_weight, new_cap, new_rate = ARGV[5], ARGV[6], ARGV[7]
+local now = clock(ARGV[9])
+local due = due_time(ARGV[8], ARGV[10], now)
 
 if redis.call('HEXISTS', JOBS, id) == 1 then return 0 end
 

@@ -1,4 +1,4 @@
-"""Browser tests: Debian's Chromium (/usr/bin/chromium, see bin/ensure-chromium)
+"""Browser tests: Debian's Chromium (/usr/bin/chromium, see bin/ensure-system-tools)
 driven by Playwright's sync API against pytest-django's `live_server`.
 
 Each test saves a full-page screenshot to test-artifacts/screenshots/ (git
@@ -39,7 +39,7 @@ expect.set_options(timeout=10_000)
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: run bin/ensure-chromium (as root) first", pytrace=False)
+        pytest.fail(f"{CHROMIUM} is missing: run bin/ensure-system-tools (as root) first", pytrace=False)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield browser

@@ -113,7 +113,7 @@ def test_a_rate_limited_key_is_throttled_until_its_token_is_due(sched):
 
     assert len(sched.release(now=0)) == 2  # the burst
     assert sched.release(now=0.5) == []
-    assert sched.next_wakeup(0.5) == pytest.approx(1.0)
+    assert sched.next_wakeup_in(0.5) == pytest.approx(0.5)
     assert [j for j, _ in sched.release(now=1.0)] == ["hook-2"]
     assert [j for j, _ in sched.release(now=3.0)] == ["hook-3", "hook-4"]
 
@@ -129,7 +129,7 @@ def test_a_delayed_job_is_released_when_due_and_not_before(sched):
     assert sched.submit("later", "u", due=60, now=0)
     assert sched.known("later") == "delayed"
     assert sched.release(now=59) == []
-    assert sched.next_wakeup(59) == 60
+    assert sched.next_wakeup_in(59) == 1
     assert sched.release(now=60) == [("later", "")]
 
 
@@ -285,12 +285,31 @@ def test_all_state_lives_under_the_lane_hash_tag_and_clear_removes_it(sched, red
 
 
 def test_next_wakeup_is_none_when_nothing_is_pending(sched):
-    assert sched.next_wakeup(0) is None
+    assert sched.next_wakeup_in(0) is None
     sched.submit("j", "u", now=0)
     sched.release(now=0)
-    assert sched.next_wakeup(0) == sched.release_lease_s
+    assert sched.next_wakeup_in(0) == sched.release_lease_s
+    assert sched.next_wakeup_in(sched.release_lease_s + 5) == 0  # overdue: due now
 
 
 def test_lane_names_that_would_break_the_hash_tag_are_refused(redis_client):
     with pytest.raises(ValueError):
         FairScheduler(redis_client, "cpu}{x")
+
+
+def test_without_an_explicit_time_every_comparison_uses_redis_s_clock(sched, redis_client):
+    """One clock: callers pass no time in production, and the scripts read
+    Redis's. A lease, a registration and a delay are all measured on it."""
+    redis_now = sched.time()
+    assert abs(redis_now - redis_client.time()[0]) <= 1
+    sched.register_worker("w", 3, ttl_s=60)
+    [(slots, expires)] = sched.live_workers().values()
+    assert slots == 3 and redis_now + 59 < expires <= sched.time() + 60
+    assert sched.submit("now", "u") and sched.submit("later", "u", delay_s=30)
+    assert [j for j, _ in sched.release()] == ["now"]
+    [(_, deadline)] = redis_client.zrange(sched.prefix + "inflight", 0, -1, withscores=True)
+    assert redis_now + sched.release_lease_s - 1 < deadline <= sched.time() + sched.release_lease_s
+    [(_, due)] = redis_client.zrange(sched.prefix + "delayed", 0, -1, withscores=True)
+    assert redis_now + 29 < due <= sched.time() + 30
+    assert 28 < sched.next_wakeup_in() <= 30  # the delayed job, relative to Redis's clock
+    assert sched.start("now") and sched.reap() == []  # nothing expired by Redis's clock

@@ -308,9 +308,9 @@ class Model:
         self.workers = {n: w for n, w in self.workers.items() if w[1] > now}
         self.workers[name] = (slots, now + ttl_s)
 
-    def next_wakeup(self, now: float) -> float | None:
+    def next_wakeup_in(self, now: float) -> float | None:
         heads = [min(d.values()) for d in (self.delayed, self.throttled, self.inflight) if d]
-        return max(min(heads), now) if heads else None
+        return max(0.0, min(heads) - now) if heads else None
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -347,12 +347,13 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     # Rules --------------------------------------------------------------------
 
-    @rule(job_id=JOB_IDS, key=st.sampled_from(KEYS),
-          cost=st.sampled_from([0.5, 1.0, 4.0]), delay=st.sampled_from([None, 0.0, 5.0, 50.0]))
-    def submit(self, job_id, key, cost, delay):
+    @rule(job_id=JOB_IDS, key=st.sampled_from(KEYS), cost=st.sampled_from([0.5, 1.0, 4.0]),
+          delay=st.sampled_from([None, 0.0, 5.0, 50.0]), relative=st.booleans())
+    def submit(self, job_id, key, cost, delay, relative):
         due = None if delay is None else self.now + delay
         payload = f"payload {job_id} {self.now}"
-        accepted = self.sched.submit(job_id, key, cost=cost, payload=payload, due=due, now=self.now,
+        when = {"delay_s": delay} if relative else {"due": due}
+        accepted = self.sched.submit(job_id, key, cost=cost, payload=payload, now=self.now, **when,
                                      **KEY_SETTINGS[key])
         assert accepted == self.model.submit(job_id, key, cost, payload, due, self.now, **KEY_SETTINGS[key])
 
@@ -406,19 +407,22 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.finish(job_id, actual)
 
     @rule(job_id=JOB_IDS, actual=st.sampled_from([0.0, 0.5, 8.0]), delay=st.sampled_from([None, 0.0, 5.0]),
-          new_payload=st.booleans())
-    def requeue(self, job_id, actual, delay, new_payload):
-        """A shutdown's hand-back (at once) or a retry's backoff (delayed), with
-        or without a new message."""
+          new_payload=st.booleans(), relative=st.booleans())
+    def requeue(self, job_id, actual, delay, new_payload, relative=False):
+        """A shutdown's hand-back (at once) or a retry's backoff (delayed: as
+        a due time, or as a delay the script adds to its clock), with or
+        without a new message."""
         due = None if delay is None else self.now + delay
         payload = f"retry payload {job_id} {self.now}" if new_payload else ""
-        assert (self.sched.requeue(job_id, actual_cost=actual, due=due, payload=payload, now=self.now)
+        when = {"delay_s": delay} if relative else {"due": due}
+        assert (self.sched.requeue(job_id, actual_cost=actual, payload=payload, now=self.now, **when)
                 == self.model.requeue(job_id, actual, due, self.now, payload))
 
     @precondition(lambda self: self.model.inflight)
     @rule(data=st.data(), actual=st.sampled_from([0.0, 8.0]), delay=st.sampled_from([None, 5.0]))
     def requeue_a_job_in_flight(self, data, actual, delay):
-        self.requeue(data.draw(st.sampled_from(sorted(self.model.inflight))), actual, delay, False)
+        self.requeue(data.draw(st.sampled_from(sorted(self.model.inflight))), actual, delay, False,
+                     relative=data.draw(st.booleans()))
 
     @rule()
     def reap(self):
@@ -441,7 +445,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def known_and_next_wakeup(self):
         states = self.sched.known_many(JOB_ID_POOL)
         assert states == [self.model.jobs[i].state if i in self.model.jobs else None for i in JOB_ID_POOL]
-        assert self.sched.next_wakeup(self.now) == self.model.next_wakeup(self.now)
+        assert self.sched.next_wakeup_in(self.now) == self.model.next_wakeup_in(self.now)
 
     # Invariants ----------------------------------------------------------------
 

@@ -77,7 +77,7 @@ def test_a_transient_error_queues_the_job_again_at_the_front_after_a_backoff(job
     assert (attempt.outcome, attempt.error_code) == ("retry", "transient_error")
     # held back for the backoff (base 60 s: between 30 and 60 s), not released meanwhile
     assert sched.known(str(job.id)) == "delayed"
-    wakeup = sched.next_wakeup() - timezone.now().timestamp()
+    wakeup = sched.next_wakeup_in()
     assert 25 < wakeup <= 61
     assert sched.release() == []
 
@@ -239,14 +239,41 @@ def test_a_crash_noticed_only_by_the_lease_sweep_still_counts_as_a_crash(job, se
         "resource_limit"]
 
 
-def test_a_job_whose_hosts_kept_vanishing_fails_as_worker_lost(job, settings, django_capture_on_commit_callbacks):
-    settings.FAIRLANE_MAX_ATTEMPTS = 2
+@pytest.mark.parametrize(("the_host_says", "code"), [
+    ("its process still runs", "lease_expired"),  # stalled: not the file's fault
+    ("its process is gone", "worker_lost"),  # a crash on a live host: counts toward resource_limit
+    ("nothing: it is gone", "host_lost"),  # the host's registration expired
+])
+def test_a_sweep_on_another_host_asks_the_attempt_s_host_what_happened(job, settings, the_host_says, code,
+                                                                       django_capture_on_commit_callbacks):
     settings.FAIRLANE_RETRY_BASE_DELAY_S = 0
-    for _ in range(2):
+    services.job_start(job_id=str(job.id))
+    if the_host_says != "nothing: it is gone":
+        pids = [1, 4242] if the_host_says == "its process still runs" else [1, 777]
+        dispatcher.register_host("host-b", "cpu@host-b", pids, ttl_s=30)
+    _expire_attempt(job, worker="host-b:4242")  # it ran on another host
+    with django_capture_on_commit_callbacks(execute=True):
+        assert attempts.jobs_recover_expired() == 1
+    attempt = JobAttempt.objects.get(job=job, number=1)
+    assert (attempt.outcome, attempt.error_code) == ("lost", code)
+    job.refresh_from_db()
+    assert job.status == "queued"
+
+
+@pytest.mark.parametrize(("host_registered", "final_code"), [(True, "resource_limit"), (False, "worker_lost")])
+def test_exhausted_attempts_fail_as_resource_limit_only_when_a_host_saw_its_process_crash(
+        job, settings, host_registered, final_code, django_capture_on_commit_callbacks):
+    """The poison-pill count holds across hosts: three crashes reported by
+    live hosts fail the file as resource_limit; three lost hosts are bad
+    luck with machines, worker_lost."""
+    settings.FAIRLANE_MAX_ATTEMPTS = 3
+    settings.FAIRLANE_RETRY_BASE_DELAY_S = 0
+    for number in (1, 2, 3):
         services.job_start(job_id=str(job.id))
-        _expire_attempt(job, worker="another-host:4242")  # nothing here can tell a crash from a lost host
+        if host_registered:  # and it does not list the attempt's process: a crash
+            dispatcher.register_host(f"host-{number}", f"cpu@host-{number}", [1], ttl_s=30)
+        _expire_attempt(job, worker=f"host-{number}:4242")
         with django_capture_on_commit_callbacks(execute=True):
             attempts.jobs_recover_expired()
     job.refresh_from_db()
-    assert (job.status, job.error_code) == ("failed", "worker_lost")
-    assert JobAttempt.objects.filter(job=job, number=1).get().error_code == "lease_expired"
+    assert (job.status, job.error_code) == ("failed", final_code)
