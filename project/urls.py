@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from dispatcher.admin_page import fairness_page
 from project.health import healthz
@@ -13,7 +14,17 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # The API's OpenAPI 3 schema and its docs pages (docs/api.md).
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("", include("exports.urls")),
     path("", include("notify.urls")),
     path("", include("uploads.urls")),
 ]
+
+# Under /api/ the answers of Django itself (no such URL, a body refused while
+# parsing, a bug) keep the API's error shape; pages keep Django's.
+handler400 = "uploads.api_errors.bad_request"
+handler404 = "uploads.api_errors.not_found"
+handler500 = "uploads.api_errors.server_error"
