@@ -1,11 +1,22 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from drf_spectacular import renderers
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from dispatcher.admin_page import fairness_page
 from project.health import healthz
 from project.metrics import metrics_view
+
+
+
+class SchemaView(SpectacularAPIView):
+    """/api/schema/: JSON unless YAML is asked for (`?format=yaml` or the
+    Accept header), so that its own errors are JSON like the rest of /api/."""
+
+    renderer_classes = [renderers.OpenApiJsonRenderer, renderers.OpenApiJsonRenderer2,
+                        renderers.OpenApiYamlRenderer, renderers.OpenApiYamlRenderer2]
+
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
@@ -15,7 +26,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     # The API's OpenAPI 3 schema and its docs pages (docs/api.md).
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/schema/", SchemaView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("", include("exports.urls")),

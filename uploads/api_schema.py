@@ -68,3 +68,4 @@ class AutoSchema(SpectacularAutoSchema):
                 responses[str(code)] = self._get_response_for_code(
                     OpenApiResponse(ErrorSerializer, description=WHY[code]), str(code), direction=direction)
         return responses
+
