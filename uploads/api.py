@@ -10,12 +10,14 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
+from collections.abc import Callable
 
 from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
+from drf_spectacular.utils import (OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field,
+                                   extend_schema_view)
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.parsers import MultiPartParser
@@ -291,31 +293,42 @@ class JobDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class JobCancelApi(APIView):
-    @extend_schema(
-        operation_id="jobs_cancel", request=None, responses={200: JobSerializer, **errors(409)},
-        description="Cancel a queued or running job: the answer says `canceled` at once; a running job's "
-                    "worker stops at its next progress report. 409 `not_cancelable` when it has ended.")
+class _JobActionApi(APIView):
+    """POST on one job: an operator service applied to it when its state
+    allows (`allowed`), else 409 with `refusal` (code, message)."""
+
+    allowed: tuple[str, ...]
+    action: Callable[..., list[Job]]
+    refusal: tuple[str, str]
+    answer_status = status.HTTP_200_OK
+
     def post(self, request: Request, job_id) -> Response:
         job = _job_for(request, job_id)
-        if job.status not in services.UNFINISHED or not services.jobs_cancel(job_ids=[job.id], actor=request.user):
-            raise ApplicationError("not_cancelable", f"The job has ended ({job.status}); nothing to cancel.",
-                                   status_code=status.HTTP_409_CONFLICT)
-        return _job_answer(request, job_id)
+        if job.status not in self.allowed or not self.action(job_ids=[job.id], actor=request.user):
+            code, message = self.refusal
+            raise ApplicationError(code, message.format(status=job.status), status_code=status.HTTP_409_CONFLICT)
+        return _job_answer(request, job_id, self.answer_status)
 
 
-class JobRetryApi(APIView):
-    @extend_schema(
-        operation_id="jobs_retry", request=None, responses={202: JobSerializer, **errors(409)},
-        description="Run a failed or canceled job again: queued through the fair dispatcher like a new job, "
-                    "as a fresh attempt; its old outputs are dropped. 409 `not_retryable` otherwise.")
-    def post(self, request: Request, job_id) -> Response:
-        job = _job_for(request, job_id)
-        retryable = (Job.Status.FAILED, Job.Status.CANCELED)
-        if job.status not in retryable or not services.jobs_retry(job_ids=[job.id], actor=request.user):
-            raise ApplicationError("not_retryable", f"Only failed or canceled jobs can be retried; this one is "
-                                   f"{job.status}.", status_code=status.HTTP_409_CONFLICT)
-        return _job_answer(request, job_id, status.HTTP_202_ACCEPTED)
+@extend_schema_view(post=extend_schema(
+    operation_id="jobs_cancel", request=None, responses={200: JobSerializer, **errors(409)},
+    description="Cancel a queued or running job: the answer says `canceled` at once; a running job's worker "
+                "stops at its next progress report. 409 `not_cancelable` when it has ended."))
+class JobCancelApi(_JobActionApi):
+    allowed = services.UNFINISHED
+    action = staticmethod(services.jobs_cancel)
+    refusal = ("not_cancelable", "The job has ended ({status}); nothing to cancel.")
+
+
+@extend_schema_view(post=extend_schema(
+    operation_id="jobs_retry", request=None, responses={202: JobSerializer, **errors(409)},
+    description="Run a failed or canceled job again: queued through the fair dispatcher like a new job, as a "
+                "fresh attempt; its old outputs are dropped. 409 `not_retryable` otherwise."))
+class JobRetryApi(_JobActionApi):
+    allowed = (Job.Status.FAILED, Job.Status.CANCELED)
+    action = staticmethod(services.jobs_retry)
+    refusal = ("not_retryable", "Only failed or canceled jobs can be retried; this one is {status}.")
+    answer_status = status.HTTP_202_ACCEPTED
 
 
 # --- batches --------------------------------------------------------------------------
@@ -415,21 +428,29 @@ class BatchDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class BatchCancelApi(APIView):
-    @extend_schema(operation_id="batches_cancel", request=None, responses={200: BatchSerializer},
-                   description="Cancel every queued or running job of the batch, its exports too (as "
-                               "POST /api/jobs/<id>/cancel/ does); ended jobs are left alone.")
+class _BatchActionApi(APIView):
+    """POST on one batch: a service over every job of it that it applies to."""
+
+    action: Callable[..., list[Job]]
+    answer_status = status.HTTP_200_OK
+
     def post(self, request: Request, batch_id) -> Response:
         batch = _batch_for(request, batch_id)
-        services.batch_cancel(batch=batch, actor=request.user)
-        return _batch_answer(request, batch)
+        self.action(batch=batch, actor=request.user)
+        return _batch_answer(request, batch, self.answer_status)
 
 
-class BatchRetryApi(APIView):
-    @extend_schema(operation_id="batches_retry", request=None, responses={202: BatchSerializer},
-                   description="Retry every failed or canceled job of the batch (as POST "
-                               "/api/jobs/<id>/retry/ does).")
-    def post(self, request: Request, batch_id) -> Response:
-        batch = _batch_for(request, batch_id)
-        services.batch_retry(batch=batch, actor=request.user)
-        return _batch_answer(request, batch, status.HTTP_202_ACCEPTED)
+@extend_schema_view(post=extend_schema(
+    operation_id="batches_cancel", request=None, responses={200: BatchSerializer},
+    description="Cancel every queued or running job of the batch, its exports too (as POST "
+                "/api/jobs/<id>/cancel/ does); ended jobs are left alone."))
+class BatchCancelApi(_BatchActionApi):
+    action = staticmethod(services.batch_cancel)
+
+
+@extend_schema_view(post=extend_schema(
+    operation_id="batches_retry", request=None, responses={202: BatchSerializer},
+    description="Retry every failed or canceled job of the batch (as POST /api/jobs/<id>/retry/ does)."))
+class BatchRetryApi(_BatchActionApi):
+    action = staticmethod(services.batch_retry)
+    answer_status = status.HTTP_202_ACCEPTED
