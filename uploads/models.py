@@ -75,6 +75,8 @@ class Upload(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # /api/uploads/ pages by it (uploads/pagination.py).
+        indexes = [models.Index(fields=["owner", "-created_at"])]
 
     def __str__(self) -> str:
         return self.filename

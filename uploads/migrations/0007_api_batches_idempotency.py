@@ -1,5 +1,6 @@
 """Batches get a row of their own (the batch API lists them by an index), made
-for every batch that exists already; and the Idempotency-Key answers."""
+for every batch that exists already; uploads an index for their list; and
+the Idempotency-Key answers."""
 
 import django.db.models.deletion
 import django.utils.timezone
@@ -55,6 +56,10 @@ class Migration(migrations.Migration):
             options={
                 'constraints': [models.UniqueConstraint(fields=('owner', 'scope', 'key'), name='idempotency_key_unique')],
             },
+        ),
+        migrations.AddIndex(
+            model_name='upload',
+            index=models.Index(fields=['owner', '-created_at'], name='uploads_upl_owner_i_747099_idx'),
         ),
         migrations.RunPython(batches_from_uploads, migrations.RunPython.noop),
     ]
