@@ -46,7 +46,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
-    "drf_spectacular_sidecar",  # Swagger UI and Redoc as static files: the docs page loads nothing from a CDN
+    "drf_spectacular_sidecar",  # Swagger UI as static files: the docs page loads nothing from a CDN
     "django_celery_results",
     "dispatcher",
     "uploads",
@@ -269,8 +269,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "uploads.api_schema.AutoSchema",  # adds the common error answers
 }
 # The OpenAPI 3 schema (/api/schema/) is generated from the views; its docs
-# pages (/api/docs/ Swagger UI, /api/redoc/ Redoc) are served from our static
-# files. Public: the schema describes the API, it holds no user data.
+# page (/api/docs/, Swagger UI) is served from our static files. Public: the
+# schema describes the API, it holds no user data.
 SPECTACULAR_SETTINGS = {
     "TITLE": "Fairlane API",
     "DESCRIPTION": "Upload media, follow and control its processing, export and delete it; webhooks and "
@@ -283,7 +283,6 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
     "ENUM_NAME_OVERRIDES": {"JobStatusEnum": "uploads.models.Job.Status"},
 }
 # Idempotency-Key answers are kept this long (uploads/idempotency.py): a

@@ -44,7 +44,7 @@ METHODS = ["get", "post", "put", "patch", "delete"]
 # about a second for workers to answer, so it is asked once per method.
 DOWN_IS_AN_ANSWER = {"/healthz"}
 # Under /api/ but HTML pages for people: the API docs.
-DOCS_PAGES = {"/api/docs/", "/api/redoc/"}
+DOCS_PAGES = {"/api/docs/"}
 
 
 def _routes(patterns=None, prefix: str = "") -> Iterator[tuple[str, object]]:
