@@ -6,6 +6,7 @@ user and as staff. API routes answer errors in the API's shape
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -162,3 +163,18 @@ def test_a_huge_page_number_on_the_job_list_is_not_a_500(make_user, api_client_f
 def test_an_unknown_api_url_is_a_json_404(make_user, api_client_for):
     resp = api_client_for(make_user("u")).get("/api/nothing-here/")
     assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
+
+
+def test_djangos_own_answers_under_api_keep_the_error_shape(rf):
+    """handler400/500 (project/urls.py): what Django answers itself, before or
+    after a view, is JSON under /api/ and Django's page elsewhere."""
+    from django.core.exceptions import TooManyFilesSent
+
+    from uploads.api_errors import bad_request, server_error
+
+    crash = server_error(rf.get("/api/jobs/"))
+    assert crash.status_code == 500 and json.loads(crash.content)["error"]["code"] == "internal_error"
+    refused = bad_request(rf.post("/api/uploads/"), TooManyFilesSent("too many"))
+    assert refused.status_code == 413 and json.loads(refused.content)["error"]["code"] == "too_many_files"
+    assert server_error(rf.get("/jobs/")).status_code == 500
+    assert not bad_request(rf.get("/"), TooManyFilesSent("x"))["Content-Type"].startswith("application/json")
