@@ -50,14 +50,13 @@ def batch_get_for_user(*, user: AbstractBaseUser, batch_id) -> Batch:
 
 @dataclass
 class BatchProgress:
-    """Where a batch's files are: jobs per status, the share of its
+    """Where a batch's files are: jobs per status, and the share of its
     estimated work done (ended jobs count whole, running ones by their
-    progress), and what is left, in estimated worker seconds."""
+    progress)."""
 
     counts: dict[str, int]
     files: int
     progress: int
-    remaining_cost_s: float
     unfinished: int
     last_created_at: datetime | None
 
@@ -68,7 +67,7 @@ def batches_progress(*, batch_ids: list[uuid.UUID]) -> dict[uuid.UUID, BatchProg
     rows = (Job.objects.filter(upload__batch__in=batch_ids).values("upload__batch", "status")
             .annotate(n=Count("id"), cost=Sum("cost_estimate"), done=Sum(F("cost_estimate") * F("progress")),
                       last=Max("created_at")).order_by())
-    summary = {batch_id: BatchProgress({s: 0 for s in Job.Status.values}, 0, 0, 0.0, 0, None)
+    summary = {batch_id: BatchProgress({s: 0 for s in Job.Status.values}, 0, 0, 0, None)
                for batch_id in batch_ids}
     totals = {batch_id: [0.0, 0.0] for batch_id in batch_ids}  # [all work, work done]
     for row in rows:
@@ -81,7 +80,6 @@ def batches_progress(*, batch_ids: list[uuid.UUID]) -> dict[uuid.UUID, BatchProg
             done = cost
         else:
             item.unfinished += row["n"]
-            item.remaining_cost_s += cost - done
         totals[row["upload__batch"]][0] += cost
         totals[row["upload__batch"]][1] += done
     for batch_id, (work, done) in totals.items():

@@ -87,7 +87,8 @@ def _all_paths() -> list[str]:
 
 
 def _check(resp, path: str) -> None:
-    where = f"{resp.request['REQUEST_METHOD']} {path}{resp.request.get('QUERY_STRING') and '?' + resp.request['QUERY_STRING']}"
+    query = resp.request.get("QUERY_STRING")
+    where = f"{resp.request['REQUEST_METHOD']} {path}{'?' + query if query else ''}"
     if path in DOWN_IS_AN_ANSWER and resp.status_code == 503:
         return
     assert resp.status_code < 500, f"{where} answered {resp.status_code}"
