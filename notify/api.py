@@ -1,7 +1,9 @@
 """The webhooks and preferences API: thin views over services and selectors.
-Errors have the project's shape ({"error": {"code", "message"}})."""
+Errors have the project's shape ({"error": {"code", "message"}}); the
+schema notes (`extend_schema`) feed /api/schema/ (docs/api.md)."""
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.request import Request
@@ -9,6 +11,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from notify import selectors, services
+from notify.events import SUBSCRIBABLE
+from uploads.api_schema import errors
 from notify.models import Delivery, DeliveryAttempt, Endpoint
 
 
@@ -39,15 +43,28 @@ class DeliverySerializer(serializers.ModelSerializer):
 
 
 class EndpointCreateSerializer(serializers.Serializer):
-    url = serializers.CharField(max_length=2000)
-    events = serializers.JSONField()
+    url = serializers.CharField(max_length=2000, help_text="http(s) on an allowed port, public addresses only.")
+    # Validated by the service (code `invalid_events`); typed for the schema.
+    events = serializers.JSONField(help_text=f"A non-empty list of: {', '.join(SUBSCRIBABLE)}.")
+
+
+class EndpointCreatedSerializer(EndpointSerializer):
+    class Meta(EndpointSerializer.Meta):
+        fields = [*EndpointSerializer.Meta.fields, "secret"]
+        extra_kwargs = {"secret": {"help_text": "whsec_...: shown in this answer only; verify signatures with it."}}
 
 
 class EndpointListCreateApi(APIView):
+    @extend_schema(operation_id="webhooks_list", responses={200: inline_serializer(
+        "EndpointList", {"results": EndpointSerializer(many=True)})})
     def get(self, request: Request) -> Response:
         endpoints = selectors.endpoints_for_user(user=request.user)
         return Response({"results": EndpointSerializer(endpoints, many=True).data})
 
+    @extend_schema(operation_id="webhooks_create", request=EndpointCreateSerializer,
+                   responses={201: EndpointCreatedSerializer},
+                   description="Register a webhook endpoint. 400 with `invalid_events`, or a `url_*` code when "
+                               "the URL is not allowed (scheme, port, credentials, a non-public address).")
     def post(self, request: Request) -> Response:
         params = EndpointCreateSerializer(data=request.data)
         params.is_valid(raise_exception=True)
@@ -58,10 +75,13 @@ class EndpointListCreateApi(APIView):
 
 
 class EndpointDetailApi(APIView):
+    @extend_schema(operation_id="webhooks_retrieve", responses={200: EndpointSerializer})
     def get(self, request: Request, endpoint_id) -> Response:
         endpoint = selectors.endpoint_get_for_user(user=request.user, endpoint_id=endpoint_id)
         return Response(EndpointSerializer(endpoint).data)
 
+    @extend_schema(operation_id="webhooks_destroy", responses={204: None},
+                   description="Delete the endpoint with its deliveries.")
     def delete(self, request: Request, endpoint_id) -> Response:
         services.endpoint_delete(endpoint=selectors.endpoint_get_for_user(user=request.user, endpoint_id=endpoint_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -69,6 +89,11 @@ class EndpointDetailApi(APIView):
 
 class EndpointDeliveriesApi(ListAPIView):
     serializer_class = DeliverySerializer
+
+    @extend_schema(operation_id="webhooks_deliveries_list",
+                   description="The endpoint's deliveries, newest first, each with every attempt.")
+    def get(self, request: Request, *args, **kwargs) -> Response:
+        return super().get(request, *args, **kwargs)
 
     def get_queryset(self):
         endpoint = selectors.endpoint_get_for_user(user=self.request.user, endpoint_id=self.kwargs["endpoint_id"])
@@ -80,12 +105,23 @@ class PreferencesSerializer(serializers.Serializer):
     webhook = serializers.ListField(child=serializers.CharField(), required=False)
 
 
+PREFERENCES = inline_serializer("Preferences", {
+    "email": serializers.ListField(child=serializers.CharField()),
+    "webhook": serializers.ListField(child=serializers.CharField())})
+
+
 class PreferencesApi(APIView):
     """GET: events per channel; PUT/PATCH {"email": [...], "webhook": [...]}."""
 
+    @extend_schema(operation_id="notification_preferences_retrieve", responses={200: PREFERENCES},
+                   description="The events you receive per channel (your choice, else the defaults).")
     def get(self, request: Request) -> Response:
         return Response(selectors.preferences_for_user(user_id=request.user.pk))
 
+    @extend_schema(operation_id="notification_preferences_update", request=PreferencesSerializer,
+                   responses={200: PREFERENCES, **errors(400)},
+                   description="Set the events per channel; a channel left out keeps its events. 400 "
+                               "`invalid_events` for an unknown event.")
     def put(self, request: Request) -> Response:
         params = PreferencesSerializer(data=request.data)
         params.is_valid(raise_exception=True)
@@ -93,4 +129,7 @@ class PreferencesApi(APIView):
             services.preferences_set(user=request.user, channel=channel, events=events)
         return Response(selectors.preferences_for_user(user_id=request.user.pk))
 
-    patch = put
+    @extend_schema(operation_id="notification_preferences_partial_update", request=PreferencesSerializer,
+                   responses={200: PREFERENCES, **errors(400)})
+    def patch(self, request: Request) -> Response:
+        return self.put(request)

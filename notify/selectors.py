@@ -2,9 +2,12 @@
 another user's are simply not found (404), never forbidden."""
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 
 from notify.events import Channel
@@ -23,6 +26,12 @@ def endpoints_for_user(*, user: AbstractBaseUser) -> QuerySet[Endpoint]:
 
 
 def endpoint_get_for_user(*, user: AbstractBaseUser, endpoint_id) -> Endpoint:
+    """404 for an id that is not a UUID too (a form field, not a URL
+    converter, may carry it): the lookup would raise a ValidationError."""
+    try:
+        endpoint_id = uuid.UUID(str(endpoint_id))
+    except ValueError:
+        raise Http404("No such endpoint.") from None
     return get_object_or_404(endpoints_for_user(user=user), id=endpoint_id)
 
 

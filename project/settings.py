@@ -46,6 +46,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI as static files: the docs page loads nothing from a CDN
     "django_celery_results",
     "dispatcher",
     "uploads",
@@ -260,10 +262,34 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    # Newest first by a cursor on created_at: O(page) at any depth, stable
+    # while new rows arrive (uploads/pagination.py).
+    "DEFAULT_PAGINATION_CLASS": "uploads.pagination.NewestFirstCursorPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "uploads.api_errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "uploads.api_schema.AutoSchema",  # adds the common error answers
 }
+# The OpenAPI 3 schema (/api/schema/) is generated from the views; its docs
+# page (/api/docs/, Swagger UI) is served from our static files. Public: the
+# schema describes the API, it holds no user data.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Fairlane API",
+    "DESCRIPTION": "Upload media, follow and control its processing, export and delete it; webhooks and "
+                   "notification preferences. Authenticate with `Authorization: Token <token>` (or the "
+                   "browser session plus the `X-CSRFToken` header). Every error answers "
+                   "`{\"error\": {\"code\", \"message\", ...}}`. See docs/api.md.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {"JobStatusEnum": "uploads.models.Job.Status"},
+}
+# Idempotency-Key answers are kept this long (uploads/idempotency.py): a
+# client retrying within a day gets the first answer; after it the key is
+# free again. A day is what Stripe keeps and covers any sane retry loop.
+FAIRLANE_IDEMPOTENCY_TTL_S = int(os.environ.get("FAIRLANE_IDEMPOTENCY_TTL_S", str(24 * 3600)))
 
 # --- Media processing --------------------------------------------------------------
 # Limits that make a file fail cleanly instead of exhausting the machine.

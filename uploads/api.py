@@ -1,11 +1,23 @@
-"""The JSON API: thin views over services and selectors."""
+"""The JSON API: thin views over services and selectors.
+
+Everything a user owns is looked up from the user (selectors), so another
+user's upload, job or batch is a 404. Errors have one shape
+(uploads/api_errors.py); the OpenAPI schema at /api/schema/ is generated from
+these views and their `extend_schema` notes (docs/api.md).
+"""
 from __future__ import annotations
 
 import hashlib
 import time
+import uuid
+from collections.abc import Callable
 
 from django.conf import settings
 from django.urls import reverse
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field,
+                                   extend_schema_view)
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.parsers import MultiPartParser
@@ -13,10 +25,20 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from uploads import selectors, services
+from uploads import estimates, selectors, services
+from uploads.api_schema import errors
 from uploads.delivery import output_url
 from uploads.errors import ApplicationError
-from uploads.models import Job
+from uploads.idempotency import HEADER as IDEMPOTENCY_HEADER
+from uploads.idempotency import idempotent
+from uploads.models import Batch, Job, Upload
+
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    IDEMPOTENCY_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
+    description="Optional, up to 255 printable ASCII characters (a UUID is ideal). Sending the same request "
+                "again with the same key within 24 hours returns the first answer (with the header "
+                "`Idempotent-Replayed: true`) and creates nothing; the same key with a different request is "
+                "a 422. Only successful answers are kept: after an error the key may be used again.")
 
 
 class OutputSerializer(serializers.Serializer):
@@ -24,15 +46,28 @@ class OutputSerializer(serializers.Serializer):
     content_type = serializers.CharField()
     size = serializers.IntegerField()
     metadata = serializers.JSONField()
-    url = serializers.SerializerMethodField()
+    url = serializers.SerializerMethodField(help_text="Signed link; expires after FAIRLANE_URL_MAX_AGE_S.")
 
     def get_url(self, output) -> str:
         return self.context["request"].build_absolute_uri(output_url(output))
 
 
+class JobUploadSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    filename = serializers.CharField()
+    size = serializers.IntegerField()
+    batch = serializers.UUIDField()
+
+
+class JobErrorSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
 class JobSerializer(serializers.ModelSerializer):
-    upload = serializers.SerializerMethodField()
-    error = serializers.JSONField()
+    upload = serializers.SerializerMethodField(help_text="The file this job processes; null for an export.")
+    batch = serializers.SerializerMethodField()
+    error = serializers.SerializerMethodField(help_text="Why the job failed or was canceled; null otherwise.")
     outputs = OutputSerializer(many=True)
 
     class Meta:
@@ -42,29 +77,104 @@ class JobSerializer(serializers.ModelSerializer):
             "created_at", "scheduled_for", "started_at", "finished_at", "wait_ms", "process_ms", "outputs",
         ]
 
-    batch = serializers.SerializerMethodField()
-
+    @extend_schema_field(JobUploadSerializer(allow_null=True))
     def get_upload(self, job: Job) -> dict | None:
         if job.upload is None:  # an export job: it works on a batch, not one upload
             return None
         return {"id": str(job.upload_id), "filename": job.upload.filename, "size": job.upload.size,
                 "batch": str(job.upload.batch)}
 
+    @extend_schema_field(OpenApiTypes.UUID)
     def get_batch(self, job: Job) -> str:
         return str(job.batch or job.upload.batch)
+
+    @extend_schema_field(JobErrorSerializer(allow_null=True))
+    def get_error(self, job: Job) -> dict | None:
+        return job.error
 
 
 def job_url(request: Request, job_id) -> str:
     return request.build_absolute_uri(reverse("api-job-detail", args=[job_id]))
 
 
+def _uuid_param(request: Request, name: str) -> uuid.UUID | None:
+    value = request.query_params.get(name)
+    if not value:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ApplicationError(f"invalid_{name}", f"{name} must be a UUID.") from None
+
+
+BATCH_FILTER = OpenApiParameter("batch", OpenApiTypes.UUID, description="Only this batch's.")
+
+
+# --- uploads --------------------------------------------------------------------------
+
+
+class UploadJobSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=Job.Status.choices)
+    progress = serializers.IntegerField(required=False)
+    url = serializers.URLField()
+
+
+class UploadSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    filename = serializers.CharField(help_text="As the client named it.")
+    size = serializers.IntegerField()
+    batch = serializers.UUIDField()
+    created_at = serializers.DateTimeField()
+    job = serializers.SerializerMethodField()
+
+    @extend_schema_field(UploadJobSerializer)
+    def get_job(self, upload: Upload) -> dict:
+        job = getattr(upload, "accepted_job", None) or upload.jobs.all()[0]
+        return {"id": str(job.id), "status": job.status, "progress": job.progress,
+                "url": job_url(self.context["request"], job.id)}
+
+
 class UploadParamsSerializer(serializers.Serializer):
-    scheduled_for = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    scheduled_for = serializers.DateTimeField(required=False, allow_null=True, default=None,
+                                              help_text="Not before this time (with a time zone).")
 
 
-class UploadCreateApi(APIView):
+class UploadCreateSerializer(UploadParamsSerializer):
+    """For the schema: what the multipart body carries (the files are
+    checked by the service, which answers `no_files` without them)."""
+
+    file = serializers.ListField(child=serializers.FileField(), help_text="One or more files, each in a part "
+                                 "named `file`; they form one batch.")
+
+
+class UploadCreateResponseSerializer(serializers.Serializer):
+    batch = serializers.UUIDField()
+    batch_url = serializers.URLField()
+    uploads = UploadSerializer(many=True)
+
+
+class UploadListCreateApi(ListAPIView):
+    """GET: the user's uploads, newest first. POST: upload files (a batch)."""
+
+    serializer_class = UploadSerializer
     parser_classes = [MultiPartParser]
 
+    def get_queryset(self):
+        return selectors.uploads_for_user(user=self.request.user, batch=_uuid_param(self.request, "batch"))
+
+    @extend_schema(operation_id="uploads_list", parameters=[BATCH_FILTER], responses={
+        200: UploadSerializer(many=True), **errors(400)})
+    def get(self, request: Request, *args, **kwargs) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        operation_id="uploads_create", request={"multipart/form-data": UploadCreateSerializer},
+        parameters=[IDEMPOTENCY_PARAMETER],
+        responses={202: UploadCreateResponseSerializer, **errors(400, 413, 422)},
+        description="Store the files and queue a job for each (202: accepted, not yet processed). Too many "
+                    "files or a file over the size limit: 413, nothing stored.")
+    @idempotent("uploads_create")
     def post(self, request: Request) -> Response:
         params = UploadParamsSerializer(data=request.data)
         params.is_valid(raise_exception=True)
@@ -72,26 +182,39 @@ class UploadCreateApi(APIView):
             owner=request.user, files=request.FILES.getlist("file"),
             scheduled_for=params.validated_data["scheduled_for"],
         )
+        batch = uploads[0].batch
         body = {
-            "uploads": [
-                {
-                    "id": str(upload.id),
-                    "filename": upload.filename,
-                    "batch": str(upload.batch),
-                    "job": {"id": str(upload.accepted_job.id), "status": upload.accepted_job.status,
-                            "url": job_url(request, upload.accepted_job.id)},
-                }
-                for upload in uploads
-            ]
+            "batch": str(batch),
+            "batch_url": request.build_absolute_uri(reverse("api-batch-detail", args=[batch])),
+            "uploads": UploadSerializer(uploads, many=True, context={"request": request}).data,
         }
         return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
+class UploadDetailApi(APIView):
+    @extend_schema(operation_id="uploads_retrieve", responses={200: UploadSerializer})
+    def get(self, request: Request, upload_id) -> Response:
+        upload = selectors.upload_get_for_user(user=request.user, upload_id=upload_id)
+        return Response(UploadSerializer(upload, context={"request": request}).data)
+
+    @extend_schema(
+        operation_id="uploads_destroy", responses={204: None},
+        description="Delete the upload with its job, outputs and every stored file, and the exports of its "
+                    "batch (their ZIPs hold copies of its outputs). A queued or running job is canceled "
+                    "first (a running one stops at its next progress report).")
+    def delete(self, request: Request, upload_id) -> Response:
+        upload = selectors.upload_get_for_user(user=request.user, upload_id=upload_id)
+        services.uploads_delete(uploads=[upload], actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- jobs -----------------------------------------------------------------------------
+
 # What a job row on the page shows that can change while it is listed; the
 # list's ETag is a hash of these for the requested page (one light query
 # without joins), so an idle poll is a 304 with nothing serialized.
-JOB_LIST_FINGERPRINT_FIELDS = ("id", "status", "progress", "attempts", "kind", "error_code", "started_at",
-                               "finished_at", "wait_ms")
+JOB_LIST_FINGERPRINT_FIELDS = ("id", "created_at", "status", "progress", "attempts", "kind", "error_code",
+                               "started_at", "finished_at", "wait_ms")
 
 
 class JobListApi(ListAPIView):
@@ -104,33 +227,230 @@ class JobListApi(ListAPIView):
         wanted = self.request.query_params.get("status")
         if wanted and wanted not in Job.Status.values:
             raise ApplicationError("invalid_status", f"status must be one of {', '.join(Job.Status.values)}.")
-        return selectors.jobs_for_user(user=self.request.user, status=wanted)
+        return selectors.jobs_for_user(user=self.request.user, status=wanted,
+                                       batch=_uuid_param(self.request, "batch"))
 
     def _etag(self, queryset) -> str:
-        page_size = self.paginator.get_page_size(self.request) or 0
-        try:
-            page = max(1, int(self.request.query_params.get(self.paginator.page_query_param, 1)))
-        except ValueError:
-            page = 1
-        rows = list(queryset.values_list(*JOB_LIST_FINGERPRINT_FIELDS)[(page - 1) * page_size: page * page_size])
+        """The page's fingerprint: its rows' changing fields and its links,
+        read through the same paginator (so a bad cursor is the same 400)."""
+        light = queryset.select_related(None).prefetch_related(None).values_list(*JOB_LIST_FINGERPRINT_FIELDS,
+                                                                                 named=True)
+        rows = self.paginator.paginate_queryset(light, self.request, view=self)
+        links = (self.paginator.get_next_link(), self.paginator.get_previous_link())
         # Output links are signed and expire: a new tag every half lifetime
         # hands the page fresh ones before the old ones die.
         epoch = int(time.time() // max(1, settings.FAIRLANE_URL_MAX_AGE_S // 2))
-        digest = hashlib.sha256(repr((queryset.count(), epoch, rows)).encode()).hexdigest()[:32]
+        digest = hashlib.sha256(repr((links, epoch, [tuple(row) for row in rows])).encode()).hexdigest()[:32]
         return f'"{digest}"'
 
-    def list(self, request: Request, *args, **kwargs) -> Response:
-        etag = self._etag(self.get_queryset())
+    @extend_schema(
+        operation_id="jobs_list",
+        parameters=[
+            OpenApiParameter("status", OpenApiTypes.STR, enum=Job.Status.values, description="Only jobs in it."),
+            BATCH_FILTER,
+            OpenApiParameter("If-None-Match", OpenApiTypes.STR, OpenApiParameter.HEADER,
+                             description="The ETag of an earlier answer: 304 while the page is unchanged."),
+        ],
+        responses={200: JobSerializer(many=True), 304: OpenApiResponse(description="Not modified."),
+                   **errors(400)},
+    )
+    def get(self, request: Request, *args, **kwargs) -> Response:
+        queryset = self.get_queryset()
+        etag = self._etag(queryset)
         headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
         if etag in [tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")]:
             return Response(status=status.HTTP_304_NOT_MODIFIED, headers=headers)
-        response = super().list(request, *args, **kwargs)
+        response = self.get_paginated_response(self.get_serializer(
+            self.paginate_queryset(queryset), many=True).data)
         for name, value in headers.items():
             response[name] = value
         return response
 
 
+def _job_for(request: Request, job_id) -> Job:
+    return selectors.job_get_for_user(user=request.user, job_id=job_id)
+
+
+def _job_answer(request: Request, job_id, code: int = status.HTTP_200_OK) -> Response:
+    return Response(JobSerializer(_job_for(request, job_id), context={"request": request}).data, status=code)
+
+
 class JobDetailApi(APIView):
+    @extend_schema(operation_id="jobs_retrieve", responses={200: JobSerializer})
     def get(self, request: Request, job_id) -> Response:
-        job = selectors.job_get_for_user(user=request.user, job_id=job_id)
-        return Response(JobSerializer(job, context={"request": request}).data)
+        return _job_answer(request, job_id)
+
+    @extend_schema(
+        operation_id="jobs_destroy", responses={204: None},
+        description="Delete the job and everything it made. A file's job goes with its upload (as DELETE "
+                    "/api/uploads/<id>/); an export job with its ZIP. Unfinished jobs are canceled first.")
+    def delete(self, request: Request, job_id) -> Response:
+        job = _job_for(request, job_id)
+        if job.upload_id:
+            services.uploads_delete(uploads=[job.upload], actor=request.user)
+        else:
+            services.export_delete(job=job, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class _JobActionApi(APIView):
+    """POST on one job: an operator service applied to it when its state
+    allows (`allowed`), else 409 with `refusal` (code, message)."""
+
+    allowed: tuple[str, ...]
+    action: Callable[..., list[Job]]
+    refusal: tuple[str, str]
+    answer_status = status.HTTP_200_OK
+
+    def post(self, request: Request, job_id) -> Response:
+        job = _job_for(request, job_id)
+        if job.status not in self.allowed or not self.action(job_ids=[job.id], actor=request.user):
+            code, message = self.refusal
+            raise ApplicationError(code, message.format(status=job.status), status_code=status.HTTP_409_CONFLICT)
+        return _job_answer(request, job_id, self.answer_status)
+
+
+@extend_schema_view(post=extend_schema(
+    operation_id="jobs_cancel", request=None, responses={200: JobSerializer, **errors(409)},
+    description="Cancel a queued or running job: the answer says `canceled` at once; a running job's worker "
+                "stops at its next progress report. 409 `not_cancelable` when it has ended."))
+class JobCancelApi(_JobActionApi):
+    allowed = services.UNFINISHED
+    action = staticmethod(services.jobs_cancel)
+    refusal = ("not_cancelable", "The job has ended ({status}); nothing to cancel.")
+
+
+@extend_schema_view(post=extend_schema(
+    operation_id="jobs_retry", request=None, responses={202: JobSerializer, **errors(409)},
+    description="Run a failed or canceled job again: queued through the fair dispatcher like a new job, as a "
+                "fresh attempt; its old outputs are dropped. 409 `not_retryable` otherwise."))
+class JobRetryApi(_JobActionApi):
+    allowed = (Job.Status.FAILED, Job.Status.CANCELED)
+    action = staticmethod(services.jobs_retry)
+    refusal = ("not_retryable", "Only failed or canceled jobs can be retried; this one is {status}.")
+    answer_status = status.HTTP_202_ACCEPTED
+
+
+# --- batches --------------------------------------------------------------------------
+
+
+class EstimateBasisSerializer(serializers.Serializer):
+    seconds = serializers.FloatField(help_text="From now to the estimated finish.")
+    remaining_worker_s = serializers.FloatField(
+        help_text="Your estimated worker seconds still to do up to this batch's last file (your earlier files "
+                  "run first).")
+    share = serializers.FloatField(help_text="Share of the lane's slots assumed for you: your weight over the "
+                                             "weights of everyone with work now.")
+    slots = serializers.IntegerField(help_text="The lane's worker slots.")
+    throughput_worker_s_per_s = serializers.FloatField(
+        help_text="slots x share, at most your cap and your unfinished files (a file runs on one slot).")
+    kind = serializers.CharField(help_text="Always `estimate`.")
+    basis = serializers.CharField()
+
+
+class BatchSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    created_at = serializers.DateTimeField()
+    files = serializers.IntegerField()
+    counts = serializers.DictField(child=serializers.IntegerField(), help_text="Jobs per status.")
+    progress = serializers.IntegerField(help_text="Percent of the batch's estimated work done (ended jobs count "
+                                                  "whole).")
+    finished = serializers.BooleanField(help_text="Every job has ended (succeeded, failed or canceled).")
+    estimated_finish_at = serializers.DateTimeField(
+        allow_null=True, help_text="An estimate, from the dispatcher's current view; null when finished or "
+                                   "when the dispatcher cannot be asked.")
+    estimate = EstimateBasisSerializer(allow_null=True, help_text="How `estimated_finish_at` was reached.")
+    jobs_url = serializers.URLField()
+    uploads_url = serializers.URLField()
+
+
+def _batch_bodies(request: Request, batches: list[Batch]) -> list[dict]:
+    """Each batch with its progress and, while unfinished, its estimate (one
+    grouped query for the counts, one for the remaining work, one snapshot
+    of the dispatcher)."""
+    progress = selectors.batches_progress(batch_ids=[batch.id for batch in batches])
+    unfinished = {b.id: progress[b.id].last_created_at for b in batches if progress[b.id].unfinished}
+    backlog = selectors.backlog_until(user=request.user, until=unfinished)
+    lane = estimates.lane_share_basis(user_id=request.user.pk) if unfinished else None
+    now = timezone.now()
+    bodies = []
+    for batch in batches:
+        item = progress[batch.id]
+        estimate = None
+        if batch.id in unfinished:
+            remaining_worker_s, unfinished_jobs = backlog[batch.id]
+            estimate = estimates.estimate_finish(remaining_worker_s=remaining_worker_s,
+                                                 unfinished_jobs=unfinished_jobs, lane=lane, now=now)
+        query = f"?batch={batch.id}"
+        bodies.append({
+            "id": batch.id, "created_at": batch.created_at, "files": item.files, "counts": item.counts,
+            "progress": item.progress, "finished": not item.unfinished,
+            "estimated_finish_at": estimate.finish_at if estimate else None,
+            "estimate": estimate.as_dict() if estimate else None,
+            "jobs_url": request.build_absolute_uri(reverse("api-job-list") + query),
+            "uploads_url": request.build_absolute_uri(reverse("api-upload-list") + query),
+        })
+    return bodies
+
+
+def _batch_answer(request: Request, batch: Batch, code: int = status.HTTP_200_OK) -> Response:
+    return Response(BatchSerializer(_batch_bodies(request, [batch])[0]).data, status=code)
+
+
+class BatchListApi(ListAPIView):
+    serializer_class = BatchSerializer
+
+    def get_queryset(self):
+        return selectors.batches_for_user(user=self.request.user)
+
+    @extend_schema(operation_id="batches_list")
+    def get(self, request: Request, *args, **kwargs) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(BatchSerializer(_batch_bodies(request, page), many=True).data)
+
+
+def _batch_for(request: Request, batch_id) -> Batch:
+    return selectors.batch_get_for_user(user=request.user, batch_id=batch_id)
+
+
+class BatchDetailApi(APIView):
+    @extend_schema(operation_id="batches_retrieve", responses={200: BatchSerializer})
+    def get(self, request: Request, batch_id) -> Response:
+        return _batch_answer(request, _batch_for(request, batch_id))
+
+    @extend_schema(operation_id="batches_destroy", responses={204: None},
+                   description="Delete every upload of the batch, as DELETE /api/uploads/<id>/ does, and "
+                               "its exports.")
+    def delete(self, request: Request, batch_id) -> Response:
+        batch = _batch_for(request, batch_id)
+        services.uploads_delete(uploads=selectors.uploads_for_user(user=request.user, batch=batch.id),
+                                actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class _BatchActionApi(APIView):
+    """POST on one batch: a service over every job of it that it applies to."""
+
+    action: Callable[..., list[Job]]
+    answer_status = status.HTTP_200_OK
+
+    def post(self, request: Request, batch_id) -> Response:
+        batch = _batch_for(request, batch_id)
+        self.action(batch=batch, actor=request.user)
+        return _batch_answer(request, batch, self.answer_status)
+
+
+@extend_schema_view(post=extend_schema(
+    operation_id="batches_cancel", request=None, responses={200: BatchSerializer},
+    description="Cancel every queued or running job of the batch, its exports too (as POST "
+                "/api/jobs/<id>/cancel/ does); ended jobs are left alone."))
+class BatchCancelApi(_BatchActionApi):
+    action = staticmethod(services.batch_cancel)
+
+
+@extend_schema_view(post=extend_schema(
+    operation_id="batches_retry", request=None, responses={202: BatchSerializer},
+    description="Retry every failed or canceled job of the batch (as POST /api/jobs/<id>/retry/ does)."))
+class BatchRetryApi(_BatchActionApi):
+    action = staticmethod(services.batch_retry)
+    answer_status = status.HTTP_202_ACCEPTED

@@ -10,6 +10,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 def upload_path(instance: "Upload", filename: str) -> str:
@@ -41,6 +42,26 @@ class Profile(models.Model):
         return f"plan of {self.user}"
 
 
+class Batch(models.Model):
+    """The files posted in one request: the unit of the batch summary email,
+    of exports and of /api/batches/. `Upload.batch` and an export job's
+    `Job.batch` hold its id as a plain UUID (the readers of those fields
+    predate this table); this row gives a user's batches an order and an
+    index, so listing them is O(page) instead of a GROUP BY over every
+    upload the user ever made."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="batches")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"batch {self.id}"
+
+
 class Upload(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="uploads")
@@ -54,6 +75,8 @@ class Upload(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # /api/uploads/ pages by it (uploads/pagination.py).
+        indexes = [models.Index(fields=["owner", "-created_at"])]
 
     def __str__(self) -> str:
         return self.filename
@@ -182,3 +205,26 @@ class Output(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} of {self.job_id}"
+
+
+class IdempotencyKey(models.Model):
+    """The first answer to a POST sent with an `Idempotency-Key` header, kept
+    so that the same request sent again (a client retrying after a timeout)
+    gets that answer instead of doing the work twice (uploads/idempotency.py).
+    The row is written in the same transaction as the work it answers for, so
+    a key either has its answer or does not exist."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="idempotency_keys")
+    scope = models.CharField(max_length=64, help_text="The endpoint (URL name) the key was used on.")
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64, help_text="SHA-256 of what the request asked for.")
+    status_code = models.PositiveSmallIntegerField()
+    response_body = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "scope", "key"], name="idempotency_key_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.key!r} of user {self.owner_id}"

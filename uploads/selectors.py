@@ -2,26 +2,110 @@
 user's job is simply not found (404), never forbidden (403)."""
 from __future__ import annotations
 
-from datetime import timedelta
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
 from project.lanes import Lane
-from uploads.models import Job
+from uploads.models import Batch, Job, Upload
 
 
-def jobs_for_user(*, user: AbstractBaseUser, status: str | None = None) -> QuerySet[Job]:
+def jobs_for_user(*, user: AbstractBaseUser, status: str | None = None, batch: uuid.UUID | None = None
+                  ) -> QuerySet[Job]:
     jobs = Job.objects.filter(owner=user).select_related("upload").prefetch_related("outputs")
     if status:
         jobs = jobs.filter(status=status)
+    if batch:  # its uploads' jobs and its exports
+        jobs = jobs.filter(Q(upload__batch=batch) | Q(kind=Job.Kind.EXPORT, batch=batch))
     return jobs.order_by("-created_at")
 
 
 def job_get_for_user(*, user: AbstractBaseUser, job_id: str) -> Job:
     return get_object_or_404(jobs_for_user(user=user), id=job_id)
+
+
+def uploads_for_user(*, user: AbstractBaseUser, batch: uuid.UUID | None = None) -> QuerySet[Upload]:
+    uploads = Upload.objects.filter(owner=user).prefetch_related("jobs")
+    if batch:
+        uploads = uploads.filter(batch=batch)
+    return uploads.order_by("-created_at")
+
+
+def upload_get_for_user(*, user: AbstractBaseUser, upload_id) -> Upload:
+    return get_object_or_404(uploads_for_user(user=user), id=upload_id)
+
+
+def batches_for_user(*, user: AbstractBaseUser) -> QuerySet[Batch]:
+    return Batch.objects.filter(owner=user).order_by("-created_at")
+
+
+def batch_get_for_user(*, user: AbstractBaseUser, batch_id) -> Batch:
+    return get_object_or_404(batches_for_user(user=user), id=batch_id)
+
+
+@dataclass
+class BatchProgress:
+    """Where a batch's files are: jobs per status, and the share of its
+    estimated work done (ended jobs count whole, running ones by their
+    progress)."""
+
+    counts: dict[str, int]
+    files: int
+    progress: int
+    unfinished: int
+    last_created_at: datetime | None
+
+
+def batches_progress(*, batch_ids: list[uuid.UUID]) -> dict[uuid.UUID, BatchProgress]:
+    """BatchProgress of each batch, in one grouped query over their files'
+    jobs (O(files of these batches), through the index on Upload.batch)."""
+    rows = (Job.objects.filter(upload__batch__in=batch_ids).values("upload__batch", "status")
+            .annotate(n=Count("id"), cost=Sum("cost_estimate"), done=Sum(F("cost_estimate") * F("progress")),
+                      last=Max("created_at")).order_by())
+    summary = {batch_id: BatchProgress({s: 0 for s in Job.Status.values}, 0, 0, 0, None)
+               for batch_id in batch_ids}
+    totals = {batch_id: [0.0, 0.0] for batch_id in batch_ids}  # [all work, work done]
+    for row in rows:
+        item, status = summary[row["upload__batch"]], row["status"]
+        item.counts[status] = row["n"]
+        item.files += row["n"]
+        item.last_created_at = max(filter(None, [item.last_created_at, row["last"]]))
+        cost, done = row["cost"] or 0.0, (row["done"] or 0.0) / 100
+        if status in Job.TERMINAL:
+            done = cost
+        else:
+            item.unfinished += row["n"]
+        totals[row["upload__batch"]][0] += cost
+        totals[row["upload__batch"]][1] += done
+    for batch_id, (work, done) in totals.items():
+        item = summary[batch_id]
+        item.progress = 100 if item.files and not item.unfinished else (int(100 * done / work) if work else 0)
+    return summary
+
+
+def backlog_until(*, user: AbstractBaseUser, until: dict[uuid.UUID, datetime]
+                  ) -> dict[uuid.UUID, tuple[float, int]]:
+    """For each batch: the user's estimated worker seconds still to do on
+    the transcode lane up to and including that batch's last job, and how
+    many unfinished jobs that is. A user's backlog runs in order, so that is
+    the work between now and the batch's end. One conditional aggregate over
+    the user's unfinished jobs."""
+    if not until:
+        return {}
+    remaining = F("cost_estimate") * (100 - F("progress")) / 100.0
+    unfinished = Job.objects.filter(owner=user, lane=Lane.CPU_TRANSCODE,
+                                    status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
+    sums = {}
+    for i, last in enumerate(until.values()):
+        sums[f"s{i}"] = Sum(remaining, filter=Q(created_at__lte=last))
+        sums[f"n{i}"] = Count("id", filter=Q(created_at__lte=last))
+    totals = unfinished.aggregate(**sums)
+    return {batch_id: (float(totals[f"s{i}"] or 0.0), totals[f"n{i}"]) for i, batch_id in enumerate(until)}
 
 
 def _percentile(ordered: list[int], q: float) -> int | None:

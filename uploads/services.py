@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import signal
 import uuid
 from collections.abc import Iterable
@@ -15,7 +16,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 import dispatcher
@@ -24,7 +25,7 @@ from project import logcontext, metrics
 from project.dbclock import db_now
 from project.lanes import Lane
 from uploads.errors import ApplicationError
-from uploads.models import Job, JobAttempt, Output, Profile, Upload, upload_path
+from uploads.models import Batch, Job, JobAttempt, Output, Profile, Upload, upload_path
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ def uploads_create(
     try:
         with transaction.atomic():
             now = db_now()
+            Batch.objects.create(id=batch, owner=owner, created_at=now)
             for f in files:
                 upload = Upload(
                     owner=owner,
@@ -353,3 +355,117 @@ def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]
         dispatcher.after_commit(lambda: [dispatcher.cancel(task, task_ids) for task, task_ids in by_task.items()])
     log.info("%s canceled %d job(s): %s", actor, len(canceled), ids)
     return canceled
+
+
+# --- What users do to their own batches and files (the API) ---------------------------
+# Callers have looked the objects up from the user (selectors: another user's
+# are a 404), so these take objects, not ids.
+
+UNFINISHED = (Job.Status.QUEUED, Job.Status.RUNNING)
+
+
+def _batch_jobs(batch: Batch):
+    """The batch's jobs: one per upload, and its exports."""
+    return Job.objects.filter(Q(upload__batch=batch.id) | Q(kind=Job.Kind.EXPORT, batch=batch.id), owner=batch.owner_id)
+
+
+def batch_cancel(*, batch: Batch, actor: AbstractBaseUser) -> list[Job]:
+    """Cancel every queued or running job of the batch (its exports too),
+    with the operator's semantics (jobs_cancel). Returns those canceled."""
+    ids = list(_batch_jobs(batch).filter(status__in=UNFINISHED).values_list("id", flat=True))
+    return jobs_cancel(job_ids=ids, actor=actor)
+
+
+def batch_retry(*, batch: Batch, actor: AbstractBaseUser) -> list[Job]:
+    """Retry every failed or canceled job of the batch (jobs_retry: through
+    the fair dispatcher, a fresh attempt). Returns those retried."""
+    ids = list(_batch_jobs(batch).filter(status__in=[Job.Status.FAILED, Job.Status.CANCELED])
+               .values_list("id", flat=True))
+    return jobs_retry(job_ids=ids, actor=actor)
+
+
+def uploads_delete(*, uploads: Iterable[Upload], actor: AbstractBaseUser) -> int:
+    """Delete uploads with everything made from them: their jobs and outputs,
+    the exports of their batches (a batch's ZIP holds copies of its outputs,
+    so it goes even when only one upload does), the batch itself once it has
+    no upload left, and every stored file of all of these.
+
+    Unfinished jobs are canceled first, in the same transaction (jobs_cancel:
+    a held job leaves the backlog, a released one is dropped at its start, a
+    running one stops at its next progress report and removes the files of
+    its unpublished attempt), so deleting never waits for a worker and
+    nothing keeps working for a deleted upload. Files are deleted after the
+    rows commit: a failure can leave an unreferenced file (logged), never a
+    row whose file is gone. Returns how many uploads were deleted."""
+    uploads = list(uploads)
+    batch_ids = {upload.batch for upload in uploads}
+    jobs = list(Job.objects.filter(Q(upload__in=uploads) | Q(kind=Job.Kind.EXPORT, batch__in=batch_ids),
+                                   owner__in={upload.owner_id for upload in uploads}))
+    with transaction.atomic():
+        _jobs_delete(jobs, actor)
+        Upload.objects.filter(id__in=[upload.id for upload in uploads]).delete()
+        Batch.objects.filter(id__in=batch_ids).exclude(
+            id__in=Upload.objects.filter(batch__in=batch_ids).values("batch")).delete()
+        files = [upload.file.name for upload in uploads if upload.file.name]
+        transaction.on_commit(lambda: media_delete(files=files))
+    log.info("%s deleted %d upload(s) and %d job(s)", actor, len(uploads), len(jobs))
+    return len(uploads)
+
+
+def export_delete(*, job: Job, actor: AbstractBaseUser) -> None:
+    """Delete an export job and its ZIP (canceled first when unfinished)."""
+    with transaction.atomic():
+        _jobs_delete([job], actor)
+
+
+def _jobs_delete(jobs: list[Job], actor: AbstractBaseUser) -> None:
+    """Cancel what is unfinished, delete the rows (outputs and attempts go
+    with them) and, after commit, every folder the jobs published into."""
+    jobs_cancel(job_ids=[job.id for job in jobs if job.status in UNFINISHED], actor=actor)
+    # An HLS output's file is its master playlist; variants and segments
+    # live beside it, so whole folders go. outputs/<job>/ holds every
+    # attempt's folder (uploads/attempts.py, Attempt.outputs_dir), including
+    # those of attempts replaced or retried since.
+    folders = {f"outputs/{job.id}" for job in jobs}
+    folders |= {posixpath.dirname(name) for name in
+                Output.objects.filter(job__in=jobs).values_list("file", flat=True) if posixpath.dirname(name)}
+    Job.objects.filter(id__in=[job.id for job in jobs]).delete()
+    transaction.on_commit(lambda: media_delete(folders=sorted(folders)))
+
+
+def media_delete(*, files: Iterable[str] = (), folders: Iterable[str] = ()) -> list[str]:
+    """Delete stored files, and folders with everything under them, through
+    Django's storage API, so it works on whatever backend is configured: on
+    disk a folder, in object storage a key prefix (whose `listdir` lists it).
+    Best effort after the rows are gone: returns (and logs) what could not be
+    deleted instead of raising into a request that has already succeeded."""
+    storage = Output._meta.get_field("file").storage
+    failed: list[str] = []
+
+    def remove(name: str) -> None:
+        try:
+            storage.delete(name)
+        except Exception:  # noqa: BLE001 - any backend's error: keep going, report below
+            failed.append(name)
+
+    def remove_tree(folder: str) -> None:
+        try:
+            subfolders, names = storage.listdir(folder)
+        except FileNotFoundError:
+            return  # never written (a job that did not get to publish)
+        except Exception:  # noqa: BLE001
+            failed.append(folder)
+            return
+        for sub in subfolders:
+            remove_tree(f"{folder}/{sub}")
+        for name in names:
+            remove(f"{folder}/{name}")
+        remove(folder)  # the emptied folder on disk; nothing to do for a key prefix
+
+    for name in files:
+        remove(name)
+    for folder in folders:
+        remove_tree(folder)
+    if failed:
+        log.error("could not delete %d stored file(s) or folder(s): %s", len(failed), failed[:20])
+    return failed

@@ -1,0 +1,180 @@
+"""Users cancel, retry and delete their own jobs, uploads and batches:
+through the operator's services and the fair dispatcher, in storage too,
+and never anybody else's (404)."""
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.utils import timezone
+
+import dispatcher
+from project.lanes import Lane
+from uploads.models import Batch, Job, JobAttempt, Output, Upload
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("cpu_lane_paused")]
+
+
+@pytest.fixture
+def post_upload(api_client_for, django_capture_on_commit_callbacks):
+    """Upload through the API with the after-commit work (the submit to the
+    dispatcher) run, as it is outside a test's transaction. Scheduled for
+    tomorrow, so the dispatcher holds the jobs (delayed) instead of
+    releasing them into the paused lane: what it holds, it can withdraw."""
+
+    def post(user, *names: str) -> list[Job]:
+        files = [SimpleUploadedFile(name, b"0123456789") for name in names]
+        tomorrow = (timezone.now() + timedelta(days=1)).isoformat()
+        with django_capture_on_commit_callbacks(execute=True):
+            resp = api_client_for(user).post("/api/uploads/", {"file": files, "scheduled_for": tomorrow},
+                                             format="multipart")
+        assert resp.status_code == 202, resp.content
+        return [Job.objects.get(id=u["job"]["id"]) for u in resp.json()["uploads"]]
+
+    return post
+
+
+@pytest.fixture
+def act(api_client_for, django_capture_on_commit_callbacks):
+    def call(user, method: str, url: str):
+        with django_capture_on_commit_callbacks(execute=True):
+            return getattr(api_client_for(user), method)(url)
+
+    return call
+
+
+def held(job: Job) -> str | None:
+    """The job's state in the dispatcher ("delayed" until it is due), or None."""
+    return dispatcher.scheduler(Lane.CPU_TRANSCODE).known(str(job.id))
+
+
+def publish_outputs(job: Job, attempt: int = 1, *, record: bool = True) -> Path:
+    """What a finished attempt leaves: an HLS ladder (master playlist,
+    variants, segments) and an MP4, under outputs/<job>/<attempt>/;
+    recorded as the job's outputs unless `record` is off (the files of an
+    attempt that did not win, or of one before a retry)."""
+    root = Path(settings.MEDIA_ROOT) / "outputs" / str(job.id) / str(attempt)
+    for rel in ["hls/master.m3u8", "hls/v0/index.m3u8", "hls/v0/seg0.ts", "hls/v1/seg0.ts", "video.mp4"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"x")
+    if not record:
+        return root
+    rel_root = root.relative_to(settings.MEDIA_ROOT)
+    Output.objects.create(job=job, name="hls", file=f"{rel_root}/hls/master.m3u8",
+                          content_type="application/vnd.apple.mpegurl", size=1)
+    Output.objects.create(job=job, name="mp4", file=f"{rel_root}/video.mp4", content_type="video/mp4", size=1)
+    Job.objects.filter(id=job.id).update(status=Job.Status.SUCCEEDED, progress=100)
+    return root
+
+
+def test_cancel_takes_a_queued_job_out_of_the_dispatcher(make_user, post_upload, act):
+    alice = make_user("alice")
+    [job] = post_upload(alice, "a.mp4")
+    assert held(job) == "delayed"
+    resp = act(alice, "post", f"/api/jobs/{job.id}/cancel/")
+    assert resp.status_code == 200 and resp.json()["status"] == "canceled"
+    assert resp.json()["error"]["code"] == "canceled"
+    assert held(job) is None
+
+
+def test_an_ended_job_cannot_be_canceled_and_an_unfinished_one_cannot_be_retried(make_user, post_upload, act):
+    alice = make_user("alice")
+    [job] = post_upload(alice, "a.mp4")
+    resp = act(alice, "post", f"/api/jobs/{job.id}/retry/")
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "not_retryable"
+    Job.objects.filter(id=job.id).update(status=Job.Status.SUCCEEDED)
+    resp = act(alice, "post", f"/api/jobs/{job.id}/cancel/")
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "not_cancelable"
+    assert Job.objects.get(id=job.id).status == Job.Status.SUCCEEDED
+
+
+def test_retry_queues_a_failed_job_through_the_dispatcher_as_a_fresh_attempt(make_user, post_upload, act):
+    alice = make_user("alice")
+    [job] = post_upload(alice, "a.mp4")
+    act(alice, "post", f"/api/jobs/{job.id}/cancel/")
+    Job.objects.filter(id=job.id).update(status=Job.Status.FAILED, error_code="decode_failed", attempts=1)
+    resp = act(alice, "post", f"/api/jobs/{job.id}/retry/")
+    assert resp.status_code == 202
+    body = resp.json()
+    assert body["status"] == "queued" and body["error"] is None and body["outputs"] == []
+    assert held(job) == "delayed"
+
+
+def test_nobody_cancels_retries_or_deletes_another_users_job(make_user, post_upload, act):
+    alice, bob = make_user("alice"), make_user("bob")
+    [job] = post_upload(alice, "a.mp4")
+    for method, url in [("post", f"/api/jobs/{job.id}/cancel/"), ("post", f"/api/jobs/{job.id}/retry/"),
+                        ("delete", f"/api/jobs/{job.id}/"), ("delete", f"/api/uploads/{job.upload_id}/")]:
+        resp = act(bob, method, url)
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found", url
+    assert Job.objects.get(id=job.id).status == Job.Status.QUEUED and held(job) == "delayed"
+    assert Path(settings.MEDIA_ROOT, Upload.objects.get().file.name).is_file()
+
+
+def test_batch_cancel_and_retry_act_on_every_job_of_the_batch_that_can(make_user, post_upload, act):
+    alice = make_user("alice")
+    jobs = post_upload(alice, "a.mp4", "b.mp4", "c.mp4")
+    publish_outputs(jobs[0])
+    batch = jobs[0].upload.batch
+    body = act(alice, "post", f"/api/batches/{batch}/cancel/").json()
+    assert body["counts"] == {"queued": 0, "running": 0, "succeeded": 1, "failed": 0, "canceled": 2}
+    assert body["finished"] is True and all(held(j) is None for j in jobs[1:])
+    resp = act(alice, "post", f"/api/batches/{batch}/retry/")
+    assert resp.status_code == 202
+    assert resp.json()["counts"] == {"queued": 2, "running": 0, "succeeded": 1, "failed": 0, "canceled": 0}
+    assert all(held(j) == "delayed" for j in jobs[1:])
+    assert Job.objects.get(id=jobs[0].id).outputs.count() == 2  # the finished one is left alone
+
+
+def test_deleting_an_upload_removes_its_job_outputs_exports_and_every_stored_file(make_user, post_upload, act):
+    alice = make_user("alice")
+    done, queued = post_upload(alice, "a.mp4", "b.mp4")
+    upload_file = Path(settings.MEDIA_ROOT, done.upload.file.name)
+    stale = publish_outputs(done, record=False)  # an earlier attempt's folder, left behind
+    ladder = publish_outputs(done, attempt=2)
+    export = Job.objects.create(owner=alice, kind=Job.Kind.EXPORT, batch=done.upload.batch, lane="cpu-transcode")
+    zip_root = publish_outputs(export)
+    JobAttempt.objects.create(job=done, number=1, started_at=done.created_at)
+
+    assert act(alice, "delete", f"/api/uploads/{done.upload_id}/").status_code == 204
+
+    assert not upload_file.exists() and not ladder.exists() and not stale.exists() and not zip_root.exists()
+    assert not (Path(settings.MEDIA_ROOT) / "outputs" / str(done.id)).exists()
+    assert not Job.objects.filter(id__in=[done.id, export.id]).exists()
+    assert not Output.objects.filter(job_id=done.id).exists() and not JobAttempt.objects.exists()
+    # The other upload of the batch stays, and so does the batch.
+    assert Job.objects.get(id=queued.id).status == Job.Status.QUEUED
+    assert Path(settings.MEDIA_ROOT, queued.upload.file.name).is_file()
+    assert Batch.objects.filter(id=done.upload.batch).exists()
+
+
+def test_deleting_an_unfinished_job_cancels_it_in_the_dispatcher_first(make_user, post_upload, act):
+    alice = make_user("alice")
+    [job] = post_upload(alice, "a.mp4")
+    assert held(job) == "delayed"
+    assert act(alice, "delete", f"/api/jobs/{job.id}/").status_code == 204
+    assert held(job) is None and not Upload.objects.exists() and not Job.objects.exists()
+
+
+def test_deleting_a_batch_removes_all_of_it(make_user, post_upload, act):
+    alice = make_user("alice")
+    jobs = post_upload(alice, "a.mp4", "b.mp4")
+    roots = [publish_outputs(job) for job in jobs]
+    batch = jobs[0].upload.batch
+    assert act(alice, "delete", f"/api/batches/{batch}/").status_code == 204
+    assert not any(root.exists() for root in roots)
+    assert not Upload.objects.exists() and not Job.objects.exists() and not Batch.objects.exists()
+    assert act(alice, "get", f"/api/batches/{batch}/").status_code == 404
+
+
+def test_deleting_an_export_job_keeps_the_batch(make_user, post_upload, act):
+    alice = make_user("alice")
+    [job] = post_upload(alice, "a.mp4")
+    export = Job.objects.create(owner=alice, kind=Job.Kind.EXPORT, batch=job.upload.batch, lane="cpu-transcode")
+    zip_root = publish_outputs(export)
+    assert act(alice, "delete", f"/api/jobs/{export.id}/").status_code == 204
+    assert not zip_root.exists() and not Job.objects.filter(id=export.id).exists()
+    assert Job.objects.filter(id=job.id).exists() and Path(settings.MEDIA_ROOT, job.upload.file.name).is_file()

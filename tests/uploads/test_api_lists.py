@@ -1,0 +1,162 @@
+"""Lists: cursor pages (newest first, stable while rows arrive, O(page)),
+the job list's conditional GET, uploads, and batches with their counts,
+progress and finish estimate."""
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from uploads.models import Batch, Job, Upload
+
+pytestmark = pytest.mark.django_db
+
+
+def make_batch(owner, statuses, *, cost: float = 10.0, progress: int = 0, at=None) -> Batch:
+    """A batch of one upload per status, created `at` (default now)."""
+    at = at or timezone.now()
+    batch = Batch.objects.create(owner=owner, created_at=at)
+    for i, status in enumerate(statuses):
+        upload = Upload.objects.create(owner=owner, batch=batch.id, filename=f"f{i}.mp4", file=f"u/{i}", size=1)
+        job = Job.objects.create(upload=upload, owner=owner, lane="cpu-transcode", status=status, cost_estimate=cost,
+                                 progress=progress if status == Job.Status.RUNNING else 0)
+        Job.objects.filter(id=job.id).update(created_at=at + timedelta(milliseconds=i))
+    return batch
+
+
+def make_jobs(owner, n: int) -> list[Job]:
+    """n jobs, one millisecond apart, newest last."""
+    start = timezone.now() - timedelta(seconds=10)
+    upload = Upload.objects.create(owner=owner, batch=uuid.uuid4(), filename="a.mp4", file="x", size=1)
+    jobs = Job.objects.bulk_create(Job(upload=upload, owner=owner, lane="cpu-transcode") for _ in range(n))
+    for i, job in enumerate(jobs):
+        Job.objects.filter(id=job.id).update(created_at=start + timedelta(milliseconds=i))
+    return jobs
+
+
+def walk(client, url: str) -> list[str]:
+    ids = []
+    while url:
+        body = client.get(url).json()
+        ids += [row["id"] for row in body["results"]]
+        url = body["next"]
+    return ids
+
+
+def test_job_pages_follow_a_cursor_newest_first_and_miss_nothing_when_jobs_arrive(make_user, api_client_for):
+    alice = make_user("alice")
+    jobs = make_jobs(alice, 7)
+    client = api_client_for(alice)
+    first = client.get("/api/jobs/?page_size=3").json()
+    assert [row["id"] for row in first["results"]] == [str(j.id) for j in reversed(jobs[-3:])]
+    assert first["previous"] is None and "cursor=" in first["next"]
+    make_jobs(alice, 2)  # new jobs arrive at the head while the client walks on
+    rest = walk(client, first["next"])
+    assert rest == [str(j.id) for j in reversed(jobs[:4])]
+
+
+def test_a_deep_page_is_a_keyset_query_not_an_offset(make_user, api_client_for):
+    """What makes page 2,000 of 100,000 jobs cost what page 1 costs: the page
+    query filters on created_at from the cursor and reads page_size + 1 rows."""
+    alice = make_user("alice")
+    make_jobs(alice, 5)
+    client = api_client_for(alice)
+    second_page = client.get("/api/jobs/?page_size=2").json()["next"]
+    with CaptureQueriesContext(connection) as queries:
+        assert len(client.get(second_page).json()["results"]) == 2
+    pages = [q["sql"] for q in queries if 'FROM "uploads_job"' in q["sql"] and "LIMIT 3" in q["sql"]]
+    assert pages, [q["sql"] for q in queries]
+    for sql in pages:
+        assert '"uploads_job"."created_at" <' in sql and "OFFSET" not in sql, sql
+
+
+@pytest.mark.parametrize("cursor", ["garbage", base64.b64encode(b"p=not-a-time").decode(),
+                                    base64.b64encode(b"r=x").decode()])
+def test_a_cursor_we_did_not_give_out_is_a_400(cursor, make_user, api_client_for):
+    resp = api_client_for(make_user("alice")).get(f"/api/jobs/?cursor={cursor}")
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_cursor"
+
+
+def test_the_job_list_answers_304_while_its_page_is_unchanged(make_user, api_client_for):
+    alice = make_user("alice")
+    older, newest = make_jobs(alice, 2)
+    client = api_client_for(alice)
+    first = client.get("/api/jobs/?page_size=1")
+    etag = first["ETag"]
+    assert client.get("/api/jobs/?page_size=1", HTTP_IF_NONE_MATCH=etag).status_code == 304
+    # A change on another page leaves this one's tag alone.
+    Job.objects.filter(id=older.id).update(progress=10)
+    assert client.get("/api/jobs/?page_size=1", HTTP_IF_NONE_MATCH=etag).status_code == 304
+    Job.objects.filter(id=newest.id).update(progress=40)
+    moved = client.get("/api/jobs/?page_size=1", HTTP_IF_NONE_MATCH=etag)
+    assert moved.status_code == 200 and moved.json()["results"][0]["progress"] == 40
+    # The next page has a tag of its own.
+    assert client.get(first.json()["next"])["ETag"] != moved["ETag"]
+
+
+def test_jobs_and_uploads_filter_by_batch(make_user, api_client_for):
+    alice = make_user("alice")
+    mine, other = make_batch(alice, ["queued", "failed"]), make_batch(alice, ["queued"])
+    client = api_client_for(alice)
+    jobs = client.get(f"/api/jobs/?batch={mine.id}").json()["results"]
+    assert {j["batch"] for j in jobs} == {str(mine.id)} and len(jobs) == 2
+    uploads = client.get(f"/api/uploads/?batch={other.id}").json()["results"]
+    assert [u["batch"] for u in uploads] == [str(other.id)]
+    assert uploads[0]["job"]["status"] == "queued" and uploads[0]["job"]["url"].endswith("/")
+    bad = client.get("/api/jobs/?batch=nope")
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_batch"
+
+
+def test_uploads_are_the_owners_only(make_user, api_client_for):
+    alice, bob = make_user("alice"), make_user("bob")
+    make_batch(alice, ["queued"])
+    upload = Upload.objects.get()
+    assert api_client_for(alice).get(f"/api/uploads/{upload.id}/").json()["filename"] == "f0.mp4"
+    assert api_client_for(bob).get(f"/api/uploads/{upload.id}/").status_code == 404
+    assert api_client_for(bob).get("/api/uploads/").json()["results"] == []
+
+
+def test_batches_list_newest_first_with_counts_and_progress(make_user, api_client_for):
+    alice, bob = make_user("alice"), make_user("bob")
+    now = timezone.now()
+    old = make_batch(alice, ["succeeded", "failed"], at=now - timedelta(minutes=5))
+    new = make_batch(alice, ["succeeded", "running", "queued", "queued"], progress=50, at=now)
+    make_batch(bob, ["queued"])
+    body = api_client_for(alice).get("/api/batches/").json()
+    assert [b["id"] for b in body["results"]] == [str(new.id), str(old.id)]
+    fresh, done = body["results"]
+    assert fresh["files"] == 4 and fresh["finished"] is False
+    assert fresh["counts"] == {"queued": 2, "running": 1, "succeeded": 1, "failed": 0, "canceled": 0}
+    # Equal costs: one whole job and half of another of four.
+    assert fresh["progress"] == int(100 * 1.5 / 4)
+    assert done["finished"] is True and done["progress"] == 100
+    assert done["estimated_finish_at"] is None and done["estimate"] is None
+    assert done["jobs_url"].endswith(f"/api/jobs/?batch={old.id}")
+
+
+def test_an_unfinished_batch_has_an_estimate_labelled_as_one(make_user, api_client_for, redis_client):
+    alice = make_user("alice")
+    batch = make_batch(alice, ["queued", "queued"], cost=30.0)
+    body = api_client_for(alice).get(f"/api/batches/{batch.id}/").json()
+    estimate = body["estimate"]
+    assert estimate["kind"] == "estimate" and "basis" in estimate
+    # Alone on the lane (no worker registered: its default window of 2 slots),
+    # 60 worker seconds over 2 slots.
+    assert estimate["remaining_worker_s"] == 60.0 and estimate["slots"] == 2 and estimate["share"] == 1.0
+    assert estimate["seconds"] == 30.0
+    assert body["estimated_finish_at"] > body["created_at"]
+
+
+def test_another_users_batch_is_not_found(make_user, api_client_for):
+    alice, bob = make_user("alice"), make_user("bob")
+    batch = make_batch(alice, ["queued"])
+    client = api_client_for(bob)
+    for resp in (client.get(f"/api/batches/{batch.id}/"), client.post(f"/api/batches/{batch.id}/cancel/"),
+                 client.post(f"/api/batches/{batch.id}/retry/"), client.delete(f"/api/batches/{batch.id}/")):
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
+    assert Job.objects.get().status == "queued"
