@@ -243,6 +243,14 @@ FAIR_USAGE_MINUTES = int(os.environ.get("FAIR_USAGE_MINUTES", "10"))
 
 # --- Email -----------------------------------------------------------------------
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# Django's SMTP backend bounds each socket operation (EMAIL_TIMEOUT), not the
+# conversation: a server that trickles its replies holds an io thread for
+# days. notify.smtp's is the same backend with a total deadline
+# (NOTIFY_EMAIL_DEADLINE_S), so it replaces it whoever configured it.
+if EMAIL_BACKEND == "django.core.mail.backends.smtp.EmailBackend":
+    EMAIL_BACKEND = "notify.smtp.EmailBackend"
+# Per socket operation (Django's default is none at all: a silent server would hang forever).
+EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT", "10"))
 EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH", str(VAR_DIR / "mail"))
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
 EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
@@ -367,6 +375,15 @@ NOTIFY_WEBHOOK_ALLOWED_PORTS = [int(p) for p in env_list("NOTIFY_WEBHOOK_ALLOWED
 # cross-continent TLS handshake, 10 s read a receiver that does work inline.
 NOTIFY_WEBHOOK_CONNECT_TIMEOUT_S = float(os.environ.get("NOTIFY_WEBHOOK_CONNECT_TIMEOUT_S", "3"))
 NOTIFY_WEBHOOK_READ_TIMEOUT_S = float(os.environ.get("NOTIFY_WEBHOOK_READ_TIMEOUT_S", "10"))
+# The whole exchange (connect, send, every read) ends within this, however the
+# receiver paces its bytes: one byte every 9 s never trips the read timeout.
+# 15 s: the connect and read timeouts' worth for an honest receiver, and an
+# io thread comes back within it from any receiver.
+NOTIFY_WEBHOOK_DEADLINE_S = float(os.environ.get("NOTIFY_WEBHOOK_DEADLINE_S", "15"))
+# The whole SMTP conversation (connect, EHLO, STARTTLS, AUTH, MAIL, RCPT,
+# DATA, QUIT: about ten round trips) ends within this. 30 s leaves room for a
+# server's greeting delay (anti-spam "greet pause", often 5-10 s).
+NOTIFY_EMAIL_DEADLINE_S = float(os.environ.get("NOTIFY_EMAIL_DEADLINE_S", "30"))
 # Only this much of a response is read and stored (enough for an error message).
 NOTIFY_WEBHOOK_RESPONSE_PREFIX_BYTES = int(os.environ.get("NOTIFY_WEBHOOK_RESPONSE_PREFIX_BYTES", "512"))
 # Retries: delay = base x 2^(attempt-1) +-20% jitter, at most RETRY_MAX_S.
@@ -383,8 +400,14 @@ NOTIFY_WEBHOOK_DISABLE_AFTER_S = float(os.environ.get("NOTIFY_WEBHOOK_DISABLE_AF
 # an endpoint's own rate in the admin overrides it.
 NOTIFY_WEBHOOK_RATE_PER_S = float(os.environ.get("NOTIFY_WEBHOOK_RATE_PER_S", "10"))
 NOTIFY_WEBHOOK_BURST = int(os.environ.get("NOTIFY_WEBHOOK_BURST", "10"))
-# A delivery claimed by a worker that died is offered again after this.
+# A delivery claimed by a worker that died (or could not record the answer)
+# is offered again after this, as a counted try. It must outlast a try that
+# is still running, or the reconciler would send the event a second time
+# beside it: longer than the deadlines above, with room to record.
 NOTIFY_SENDING_LEASE_S = float(os.environ.get("NOTIFY_SENDING_LEASE_S", "120"))
+if NOTIFY_SENDING_LEASE_S <= max(NOTIFY_WEBHOOK_DEADLINE_S, NOTIFY_EMAIL_DEADLINE_S) + 30:
+    raise ImproperlyConfigured("NOTIFY_SENDING_LEASE_S must exceed NOTIFY_WEBHOOK_DEADLINE_S and "
+                               "NOTIFY_EMAIL_DEADLINE_S by more than 30 s")
 # Batch summaries list at most this many files (the counts cover all).
 NOTIFY_BATCH_LIST_MAX = int(os.environ.get("NOTIFY_BATCH_LIST_MAX", "100"))
 # Job endings not yet turned into events, and deliveries whose task the

@@ -29,3 +29,17 @@ def test_production_refuses_to_start_without_a_secret_key():
     result = manage("check", FAIRLANE_ENV="production", DJANGO_ALLOWED_HOSTS="fairlane.example.com")
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY" in result.stderr
+
+
+def test_djangos_smtp_backend_is_replaced_by_the_one_with_a_total_deadline():
+    result = manage("shell", "-c", "from django.conf import settings; print(settings.EMAIL_BACKEND, "
+                    "settings.EMAIL_TIMEOUT)", EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1].split() == ["notify.smtp.EmailBackend", "10.0"]
+
+
+def test_a_sending_lease_shorter_than_a_try_is_refused():
+    """The reconciler takes back a claim after NOTIFY_SENDING_LEASE_S: a try
+    still running then would be sent twice at once."""
+    result = manage("check", NOTIFY_SENDING_LEASE_S="20")
+    assert result.returncode != 0 and "NOTIFY_SENDING_LEASE_S" in result.stderr
