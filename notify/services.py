@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
@@ -360,8 +361,7 @@ def _webhook_attempt(delivery: Delivery, *, reserved: bool, resolver: ssrf.Resol
             last_error="endpoint disabled")
         return "canceled"
     if not reserved:
-        rate = endpoint.rate_per_s if endpoint.rate_per_s is not None else settings.NOTIFY_WEBHOOK_RATE_PER_S
-        burst = endpoint.burst if endpoint.burst is not None else settings.NOTIFY_WEBHOOK_BURST
+        rate, burst = _rate_limit(endpoint)
         wait_s = ratelimit.take(endpoint_id=str(endpoint.id), rate_per_s=rate, burst=burst)
         if wait_s > 0:
             _reschedule(delivery, due=timezone.now() + timedelta(seconds=wait_s), reserved=True)
@@ -390,6 +390,22 @@ def _webhook_attempt(delivery: Delivery, *, reserved: bool, resolver: ssrf.Resol
     _endpoint_health(endpoint_id=endpoint.id, ok=outcome == "succeeded")
     _release_db()
     return outcome
+
+
+def _rate_limit(endpoint: Endpoint) -> tuple[float, int]:
+    """The endpoint's own rate and burst where set and within bounds
+    (project/plans.py), else the defaults: a bad value stored anyway is
+    logged, not obeyed."""
+    try:
+        endpoint.clean_fields(exclude=[f.name for f in Endpoint._meta.fields if f.name not in ("rate_per_s", "burst")])
+        bad = {}
+    except ValidationError as exc:
+        bad = exc.error_dict
+        log.warning("webhook endpoint %s has an invalid %s; the default is used", endpoint.id, ", ".join(sorted(bad)))
+    rate = endpoint.rate_per_s if endpoint.rate_per_s is not None and "rate_per_s" not in bad \
+        else settings.NOTIFY_WEBHOOK_RATE_PER_S
+    burst = endpoint.burst if endpoint.burst is not None and "burst" not in bad else settings.NOTIFY_WEBHOOK_BURST
+    return rate, burst
 
 
 def _email_attempt(delivery: Delivery) -> str:

@@ -400,6 +400,14 @@ NOTIFY_WEBHOOK_DISABLE_AFTER_S = float(os.environ.get("NOTIFY_WEBHOOK_DISABLE_AF
 # an endpoint's own rate in the admin overrides it.
 NOTIFY_WEBHOOK_RATE_PER_S = float(os.environ.get("NOTIFY_WEBHOOK_RATE_PER_S", "10"))
 NOTIFY_WEBHOOK_BURST = int(os.environ.get("NOTIFY_WEBHOOK_BURST", "10"))
+# Most io-notify tasks one user may have in flight at once (a plan's
+# notify_cap overrides it). Without a cap, one user whose endpoints answer
+# slowly holds every io thread (64 per worker) for a deadline each, and
+# stops email and webhooks for everyone. 16 leaves three quarters of one
+# worker to others, and is no limit for a user alone with a healthy
+# receiver: at 20 ms a delivery, 16 in flight is 800 deliveries/s, well past
+# a worker's ~100/s (README, bench-notify).
+NOTIFY_USER_CAP = int(os.environ.get("NOTIFY_USER_CAP", "16"))
 # A delivery claimed by a worker that died (or could not record the answer)
 # is offered again after this, as a counted try. It must outlast a try that
 # is still running, or the reconciler would send the event a second time

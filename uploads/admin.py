@@ -17,7 +17,7 @@ class ProfileInline(admin.StackedInline):
     model = Profile
     can_delete = False
     verbose_name = "fair-share plan"
-    fields = ["weight", "transcode_cap", "notify_rate_per_s", "notify_burst"]
+    fields = list(Profile.PLAN_FIELDS)
 
 
 User = get_user_model()
@@ -31,7 +31,7 @@ class FairlaneUserAdmin(UserAdmin):
 
 @admin.register(Profile)
 class ProfileAdmin(admin.ModelAdmin):
-    list_display = ["user", "weight", "transcode_cap", "notify_rate_per_s", "notify_burst"]
+    list_display = ["user", *Profile.PLAN_FIELDS]
     search_fields = ["user__username"]
 
 
