@@ -13,6 +13,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from project.secret_key import install_secret_key
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("FAIRLANE_VAR_DIR", BASE_DIR / "var"))
 
@@ -30,9 +32,11 @@ PRODUCTION = os.environ.get("FAIRLANE_ENV", "development") == "production"
 DEBUG = env_bool("DJANGO_DEBUG", not PRODUCTION)
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
-    if PRODUCTION:
+    if PRODUCTION:  # several hosts must share one key, which var/ cannot give them
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when FAIRLANE_ENV=production")
-    SECRET_KEY = "dev-only-insecure-key-never-used-in-production-0123456789abcdef"
+    # A single-machine install (make run, the tests): a random key made once
+    # under var/, never one from the repository (project/secret_key.py).
+    SECRET_KEY = install_secret_key(VAR_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if not PRODUCTION else "")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 
@@ -343,7 +347,9 @@ LOG_FORMAT = os.environ.get("LOG_FORMAT", "json" if PRODUCTION else "plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"context": {"()": "project.logcontext.ContextFilter"}},
+    "filters": {"context": {"()": "project.logcontext.ContextFilter"},
+                # Signed output links are credentials: masked in every line (project/logmask.py).
+                "mask_links": {"()": "project.logmask.MaskSignedLinks"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s %(ctx)s"},
         "json": {
@@ -353,8 +359,14 @@ LOGGING = {
             "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
         },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
+                             "filters": ["context", "mask_links"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    # Django's own console handlers (on "django" with DEBUG, and runserver's
+    # "django.server") would print request lines unmasked and unformatted:
+    # their records go to the root's handler instead.
+    "loggers": {"django": {"handlers": [], "propagate": True},
+                "django.server": {"handlers": ["console"], "propagate": False}},
 }
 
 # --- io-notify: email, webhooks (issue 6) ---
