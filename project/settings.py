@@ -420,6 +420,11 @@ NOTIFY_WEBHOOK_BURST = int(os.environ.get("NOTIFY_WEBHOOK_BURST", "10"))
 # receiver: at 20 ms a delivery, 16 in flight is 800 deliveries/s, well past
 # a worker's ~100/s (README, bench-notify).
 NOTIFY_USER_CAP = int(os.environ.get("NOTIFY_USER_CAP", "16"))
+# The defaults obey what plans must (project/plans.py): to the dispatcher a
+# cap of 0 means no cap, to the rate limit a rate of 0 means no limit.
+if NOTIFY_USER_CAP < 1 or not NOTIFY_WEBHOOK_RATE_PER_S > 0 or NOTIFY_WEBHOOK_BURST < 1:
+    raise ImproperlyConfigured("NOTIFY_USER_CAP and NOTIFY_WEBHOOK_BURST must be at least 1 and "
+                               "NOTIFY_WEBHOOK_RATE_PER_S above 0")
 # A delivery claimed by a worker that died (or could not record the answer)
 # is offered again after this, as a counted try. It must outlast a try that
 # is still running, or the reconciler would send the event a second time

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -43,3 +45,10 @@ def test_a_sending_lease_shorter_than_a_try_is_refused():
     still running then would be sent twice at once."""
     result = manage("check", NOTIFY_SENDING_LEASE_S="20")
     assert result.returncode != 0 and "NOTIFY_SENDING_LEASE_S" in result.stderr
+
+
+@pytest.mark.parametrize("env", [{"NOTIFY_USER_CAP": "0"}, {"NOTIFY_WEBHOOK_RATE_PER_S": "0"},
+                                 {"NOTIFY_WEBHOOK_BURST": "0"}])
+def test_defaults_that_would_silently_mean_no_limit_are_refused(env):
+    result = manage("check", **env)
+    assert result.returncode != 0 and next(iter(env)) in result.stderr
