@@ -48,7 +48,6 @@ from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
@@ -61,7 +60,7 @@ from notify import emails, ratelimit, retry, signing, ssrf, transport
 from notify.events import JOB_EVENTS, SUBSCRIBABLE, Channel, EventType
 from notify.models import ChannelPreference, Delivery, DeliveryAttempt, Endpoint, Event
 from notify.selectors import preferences_for_user
-from project import metrics
+from project import metrics, plans
 from project.lanes import Lane
 from uploads.errors import ApplicationError
 from uploads.models import Job
@@ -396,16 +395,11 @@ def _rate_limit(endpoint: Endpoint) -> tuple[float, int]:
     """The endpoint's own rate and burst where set and within bounds
     (project/plans.py), else the defaults: a bad value stored anyway is
     logged, not obeyed."""
-    try:
-        endpoint.clean_fields(exclude=[f.name for f in Endpoint._meta.fields if f.name not in ("rate_per_s", "burst")])
-        bad = {}
-    except ValidationError as exc:
-        bad = exc.error_dict
-        log.warning("webhook endpoint %s has an invalid %s; the default is used", endpoint.id, ", ".join(sorted(bad)))
-    rate = endpoint.rate_per_s if endpoint.rate_per_s is not None and "rate_per_s" not in bad \
-        else settings.NOTIFY_WEBHOOK_RATE_PER_S
-    burst = endpoint.burst if endpoint.burst is not None and "burst" not in bad else settings.NOTIFY_WEBHOOK_BURST
-    return rate, burst
+    bad = plans.reset_invalid(endpoint, ("rate_per_s", "burst"))
+    if bad:
+        log.warning("webhook endpoint %s has an invalid %s; the default is used", endpoint.id, ", ".join(bad))
+    rate = endpoint.rate_per_s if endpoint.rate_per_s is not None else settings.NOTIFY_WEBHOOK_RATE_PER_S
+    return rate, endpoint.burst if endpoint.burst is not None else settings.NOTIFY_WEBHOOK_BURST
 
 
 def _email_attempt(delivery: Delivery) -> str:

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import math
 
+from collections.abc import Iterable
+
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db.models import Q
+from django.db.models import Model, Q
 
 WEIGHT_MIN, WEIGHT_MAX = 0.01, 100.0
 RATE_MIN, RATE_MAX = 0.01, 10_000.0
@@ -50,3 +52,17 @@ def in_range(field: str, low: float, high: float, *, nullable: bool = False) -> 
     NaN sorts above every number there)."""
     inside = Q(**{f"{field}__gte": low, f"{field}__lte": high})
     return Q(**{f"{field}__isnull": True}) | inside if nullable else inside
+
+
+def reset_invalid(instance: Model, fields: Iterable[str]) -> list[str]:
+    """Where used: put each of `fields` whose value breaks its validators back
+    to the field's default, on this instance only (nothing is saved);
+    returns their names, for the caller's warning."""
+    fields = set(fields)
+    try:
+        instance.clean_fields(exclude=[f.name for f in instance._meta.fields if f.name not in fields])
+    except ValidationError as exc:
+        for name in exc.error_dict:
+            setattr(instance, name, instance._meta.get_field(name).get_default())
+        return sorted(exc.error_dict)
+    return []

@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.db.models import F
@@ -22,7 +21,7 @@ from django.utils import timezone
 
 import dispatcher
 from dispatcher import KeyPolicy
-from project import logcontext, metrics
+from project import logcontext, metrics, plans
 from project.lanes import Lane
 from uploads.errors import ApplicationError
 from uploads.models import Job, JobAttempt, Output, Profile, Upload, upload_path
@@ -127,16 +126,10 @@ def cost_estimate_for_size(size: int) -> float:
 
 def _plan_checked(profile: Profile) -> Profile:
     """`profile` with every plan value that breaks its bounds (stored before
-    they were enforced, or written around them) back at its default, and a
-    warning saying whose and which."""
-    others = [f.name for f in Profile._meta.fields if f.name not in Profile.PLAN_FIELDS]
-    try:
-        profile.clean_fields(exclude=others)
-    except ValidationError as exc:
-        for name in exc.error_dict:
-            setattr(profile, name, Profile._meta.get_field(name).get_default())
-        log.warning("plan of user %s has invalid %s; the defaults are used instead", profile.user_id,
-                    ", ".join(sorted(exc.error_dict)))
+    they were enforced, or written around them) back at its default."""
+    bad = plans.reset_invalid(profile, Profile.PLAN_FIELDS)
+    if bad:
+        log.warning("plan of user %s has invalid %s; the defaults are used instead", profile.user_id, ", ".join(bad))
     return profile
 
 
