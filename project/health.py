@@ -4,8 +4,7 @@
 Anyone may call it, often (load balancers, uptime checks, attackers), so it
 costs one short round trip per check and waits on nothing: SELECT 1, a
 Redis PING, and the worker registrations the fair dispatcher already keeps
-(each worker renews its own every 10 s; one that stops is gone within 30 s:
-dispatcher.worker.WORKER_TTL_S). It used to broadcast a Celery ping and wait
+(each worker renews its own every 10 s; one that stops is gone within 30 s). It used to broadcast a Celery ping and wait
 a full second for the replies, so a few requests a second filled the web
 server's threads.
 
@@ -13,7 +12,7 @@ Workers register only when fair dispatch is on (FAIR_DISPATCH_ENABLED=0,
 plain Celery, is for benchmarks): without it, no lane has a live worker.
 
 Everyone gets ok/not ok per check. The workers' names (host names),
-slots and heartbeat ages, and the errors' types, are for staff or a caller
+slots and when their registrations expire, and the errors' types, are for staff or a caller
 with the metrics token (`Authorization: Bearer $METRICS_TOKEN`).
 """
 from __future__ import annotations
@@ -26,7 +25,6 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 import dispatcher
-from dispatcher.worker import WORKER_TTL_S
 from project.lanes import FAIR_LANES, Lane
 from project.metrics import has_metrics_token
 
@@ -52,7 +50,7 @@ def workers_check(live: LiveWorkers, *, now: float, detailed: bool) -> dict:
     for lane in sorted(FAIR_LANES):
         workers = live.get(lane, {})
         lanes[lane.value] = {"ok": bool(workers), "workers": {
-            name: {"slots": slots, "heartbeat_age_s": round(max(0.0, now - (expires - WORKER_TTL_S)), 1)}
+            name: {"slots": slots, "registration_expires_in_s": round(expires - now, 1)}
             for name, (slots, expires) in sorted(workers.items())}} if detailed else bool(workers)
     ok = all((lane["ok"] if detailed else lane) for lane in lanes.values())
     return {"ok": ok, "lanes": lanes}
