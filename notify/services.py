@@ -421,9 +421,9 @@ def _ms_since(start: datetime) -> int:
     return int((timezone.now() - start).total_seconds() * 1000)
 
 
-# Characters that have no place in a one-line error message (and NUL, which
-# PostgreSQL text refuses anywhere).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Control characters, NUL among them (PostgreSQL text refuses it): a body
+# keeps its tabs and line breaks, a one-line error message nothing.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CONTROL_ONE_LINE = re.compile(r"[\x00-\x1f\x7f]")
 
 

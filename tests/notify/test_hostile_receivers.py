@@ -101,6 +101,20 @@ def test_a_hostile_answer_is_recorded_and_never_leaves_the_delivery_sending(
     assert_recorded(delivery, expected, tries=1)
 
 
+def test_what_is_stored_keeps_the_bodys_line_breaks_and_makes_errors_one_line(alice, make_endpoint, fast_retries,
+                                                                              redis_client):
+    body = b'{"ok":\r\n\ttrue}\x00\x1b[31m'
+    with HostileServer(answer(head(b"HTTP/1.1 200 OK", b"Content-Length: %d" % len(body)) + body)) as server:
+        first = new_delivery(alice, make_endpoint(alice, server.url))
+        assert attempt(first) == "succeeded"
+    with HostileServer(answer(b"HTTP/1.1 2\r\n0\x1b0 OK\r\n\r\n")) as server:
+        second = new_delivery(alice, make_endpoint(alice, server.url))
+        assert attempt(second) == "retry"
+    assert first.attempt_log.get().response_prefix == '{"ok":\r\n\ttrue}\ufffd\ufffd[31m'
+    error = second.attempt_log.get().error
+    assert error.startswith("BadStatusLine: HTTP/1.1 2\ufffd\ufffd") and error.isprintable()
+
+
 def test_a_try_whose_outcome_is_never_recorded_still_counts_and_the_delivery_ends(
         alice, make_endpoint, fast_retries, redis_client, monkeypatch):
     """The request went out, then recording failed (the database went away,
