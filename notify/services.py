@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -123,7 +124,7 @@ def delivery_enqueue(*, delivery_id, seq: int, owner_id: int, due: datetime | No
 class Try(NamedTuple):
     """A try to submit: try `seq` of a delivery whose event `owner_id` owns, at `due` (None: now)."""
 
-    delivery_id: object
+    delivery_id: uuid.UUID | str
     seq: int
     owner_id: int
     due: datetime | None = None

@@ -9,8 +9,19 @@ from django.db.migrations.executor import MigrationExecutor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BEFORE = [("uploads", "0006_job_notify_outbox"), ("notify", "0001_initial")]
-AFTER = [("uploads", "0008_profile_plan_bounds"), ("notify", "0003_endpoint_rate_bounds")]
+def _named(suffix: str) -> tuple[str, str]:
+    """The migration whose name ends with `suffix` (numbers change when branches merge)."""
+    graph = MigrationExecutor(connection).loader.graph
+    [node] = [node for node in graph.nodes if node[1].endswith(suffix)]
+    return node
+
+
+def _before(suffix: str) -> tuple[str, str]:
+    """What the migration named `suffix` comes right after in its own app."""
+    graph = MigrationExecutor(connection).loader.graph
+    node = _named(suffix)
+    [parent] = [p for p in graph.node_map[node].parents if p.key[0] == node[0]]
+    return parent.key
 
 
 def migrate(targets=None):
@@ -23,7 +34,7 @@ def migrate(targets=None):
 
 
 def test_bad_plans_and_rate_limits_are_repaired_and_then_constrained():
-    apps = migrate(BEFORE)
+    apps = migrate([_before("_profile_plan_repair"), _before("_endpoint_rate_repair")])
     try:
         User = apps.get_model("auth", "User")
         Profile, Endpoint = apps.get_model("uploads", "Profile"), apps.get_model("notify", "Endpoint")
@@ -38,7 +49,7 @@ def test_bad_plans_and_rate_limits_are_repaired_and_then_constrained():
             rows[name] = Profile.objects.create(user=user, **plan).pk
             Endpoint.objects.create(owner=user, url=f"https://{name}.example/", events=[], secret="s",
                                     rate_per_s=plan.get("notify_rate_per_s"), burst=plan.get("notify_burst"))
-        apps = migrate(AFTER)
+        apps = migrate([_named("_profile_plan_bounds"), _named("_endpoint_rate_bounds")])
         Profile, Endpoint = apps.get_model("uploads", "Profile"), apps.get_model("notify", "Endpoint")
         fields = ("weight", "transcode_cap", "notify_cap", "notify_rate_per_s", "notify_burst")
         plans = {name: Profile.objects.filter(pk=pk).values_list(*fields).get() for name, pk in rows.items()}
