@@ -45,6 +45,7 @@ bench-notify: install
 clean:
 	rm -rf var/ $(VENV)
 
-# Stop the embedded Redis that `make run` leaves running between starts.
+# Stop the embedded Redis that `make run` leaves running between starts
+# (this checkout's only: another server on the port is left alone).
 stop:
-	$(BIN)/python -m project.embedded_redis stop var/redis 6390
+	$(BIN)/python -m project.embedded_redis stop var/redis $${FAIRLANE_REDIS_PORT:-6390}

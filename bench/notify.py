@@ -38,6 +38,7 @@ from pathlib import Path
 
 from bench.fairness import pct
 from bench.harness import BIN, ROOT, Worker, _free_port
+from project import plans
 
 RESULTS = ROOT / "bench" / "results"
 LIGHT_USERS = 20
@@ -277,8 +278,8 @@ def main() -> int:
     parser.add_argument("--delay-ms", type=float, default=20, help="the receiver answers after this")
     parser.add_argument("--fail", type=float, default=0.05, help="fraction of requests answered 503")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("IO_CONCURRENCY", "64")))
-    parser.add_argument("--rate", type=float, default=0, help="per-endpoint rate limit (0: none, so the "
-                        "lane's throughput is measured, not the limit)")
+    parser.add_argument("--rate", type=float, default=plans.RATE_MAX, help="per-endpoint rate limit (default the "
+                        "highest allowed, far above the lane's throughput, which is measured, not the limit)")
     parser.add_argument("--retry-base-s", type=float, default=0.5, help="first retry delay (30 s in production)")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--modes", default="fair,fifo,fair-nopool",

@@ -49,7 +49,10 @@ class EndpointAdmin(admin.ModelAdmin):
                     "created_at"]
     list_filter = ["is_active", "created_at"]
     search_fields = ["url", "owner__username", "id"]
-    readonly_fields = ["id", "owner", "secret", "failure_streak", "failing_since", "disabled_at", "created_at"]
+    # The signing secret is shown to its owner once, at registration, and to
+    # nobody else: staff see that there is one, never what it is.
+    exclude = ["secret"]
+    readonly_fields = ["id", "owner", "failure_streak", "failing_since", "disabled_at", "created_at"]
     actions = ["enable"]
 
     @admin.action(description="Re-enable selected endpoints")

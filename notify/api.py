@@ -69,9 +69,9 @@ class EndpointListCreateApi(APIView):
         params = EndpointCreateSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         endpoint = services.endpoint_create(owner=request.user, **params.validated_data)
-        # The only time the secret is shown.
+        # The only time the secret is shown; no cache may keep it.
         body = {**EndpointSerializer(endpoint).data, "secret": endpoint.secret}
-        return Response(body, status=status.HTTP_201_CREATED)
+        return Response(body, status=status.HTTP_201_CREATED, headers={"Cache-Control": "no-store"})
 
 
 class EndpointDetailApi(APIView):

@@ -13,6 +13,8 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from project import plans
+
 
 class ChannelPreference(models.Model):
     """Which events a user receives on a channel; no row means the channel's
@@ -41,8 +43,12 @@ class Endpoint(models.Model):
     is_active = models.BooleanField(default=True)
     disabled_at = models.DateTimeField(null=True, blank=True)
     disabled_reason = models.CharField(max_length=255, blank=True)
-    rate_per_s = models.FloatField(null=True, blank=True, help_text="Deliveries per second (empty: the default).")
-    burst = models.PositiveIntegerField(null=True, blank=True, help_text="Burst above the rate (empty: the default).")
+    # Bounds and why: project/plans.py (a rate <= 0 meant "no limit" without a word).
+    rate_per_s = models.FloatField(null=True, blank=True, validators=plans.bounded(plans.RATE_MIN, plans.RATE_MAX,
+                                                                                   finite=True),
+                                   help_text="Deliveries per second (empty: the default).")
+    burst = models.PositiveIntegerField(null=True, blank=True, validators=plans.bounded(plans.BURST_MIN, plans.BURST_MAX),
+                                        help_text="Burst above the rate (empty: the default).")
     # Failed attempts in a row and when the streak began (disabling rule).
     failure_streak = models.PositiveIntegerField(default=0)
     failing_since = models.DateTimeField(null=True, blank=True)
@@ -50,6 +56,12 @@ class Endpoint(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=plans.in_range("rate_per_s", plans.RATE_MIN, plans.RATE_MAX,
+                                                            nullable=True), name="endpoint_rate_in_range"),
+            models.CheckConstraint(condition=plans.in_range("burst", plans.BURST_MIN, plans.BURST_MAX, nullable=True),
+                                   name="endpoint_burst_in_range"),
+        ]
 
     def __str__(self) -> str:
         return self.url

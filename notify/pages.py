@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.cache import patch_cache_control
 from django.views.decorators.http import require_http_methods
 
 from notify import selectors, services
@@ -52,7 +53,10 @@ def settings_page(request: HttpRequest) -> HttpResponse:
         preferences=selectors.preferences_for_user(user_id=request.user.pk),
         endpoints=selectors.endpoints_for_user(user=request.user),
     )
-    return render(request, "notify/settings_page.html", context, status=400 if "error" in context else 200)
+    response = render(request, "notify/settings_page.html", context, status=400 if "error" in context else 200)
+    if "new_endpoint" in context:  # the one page that shows a secret: no cache (or back button) keeps it
+        patch_cache_control(response, no_store=True)
+    return response
 
 
 @login_required

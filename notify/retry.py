@@ -7,10 +7,15 @@ the same answer. Delays grow exponentially with +-20% jitter (so a
 receiver's outage does not get every delivery back at the same second),
 and still strictly growing: the next delay is at least 2 x 0.8 / 1.2 = 1.33x
 the previous one. A Retry-After from the receiver wins when it asks for longer.
+
+A Retry-After is whatever the receiver sent: these functions never raise
+for it, and every delay they return is finite and at most
+NOTIFY_RETRY_MAX_S.
 """
 from __future__ import annotations
 
 import random
+import re
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 
@@ -18,6 +23,12 @@ from django.conf import settings
 
 RETRYABLE_4XX = (408, 429)
 JITTER = 0.2
+# RFC 9110 delta-seconds: ASCII digits only. str.isdigit() also accepts '²'
+# and other scripts' digits, which float() refuses or reads differently.
+_DELTA_SECONDS = re.compile(r"[0-9]+", re.ASCII)
+# Beyond this many digits a delta is "longer than any cap" anyway (and int()
+# refuses more than 4300 digits).
+_MAX_DELTA_DIGITS = 12
 
 
 def is_retryable(status: int | None) -> bool:
@@ -30,7 +41,9 @@ def is_success(status: int | None) -> bool:
 
 def backoff_s(attempt: int, *, rand: random.Random | None = None) -> float:
     """Delay after failed attempt number `attempt` (1-based)."""
-    base = settings.NOTIFY_RETRY_BASE_S * 2 ** (attempt - 1)
+    # The exponent is capped: 2**1100 does not fit a float, and the delay is
+    # capped far below 2**60 base delays anyway.
+    base = settings.NOTIFY_RETRY_BASE_S * 2.0 ** min(attempt - 1, 60)
     jitter = 1 + JITTER * (2 * (rand or random).random() - 1)
     return min(settings.NOTIFY_RETRY_MAX_S, base * jitter)
 
@@ -40,15 +53,16 @@ def retry_after_s(header: str | None, *, now: datetime | None = None) -> float |
     if not header:
         return None
     header = header.strip()
-    if header.isdigit():
-        return float(header)
+    if _DELTA_SECONDS.fullmatch(header):
+        digits = header.lstrip("0") or "0"
+        return float(digits) if len(digits) <= _MAX_DELTA_DIGITS else 10.0 ** _MAX_DELTA_DIGITS
     try:
         when = parsedate_to_datetime(header)
-    except (TypeError, ValueError):
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
+    except (TypeError, ValueError, OverflowError, IndexError):  # not a date Python can represent
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
 
 
 def next_delay_s(attempt: int, *, status: int | None, retry_after: str | None) -> float | None:

@@ -21,6 +21,14 @@ each time a try is scheduled, so a duplicated or stale message claims
 nothing. Retries and rate-limit waits schedule the next try with `due` (the
 dispatcher holds delayed jobs), never with Celery ETAs.
 
+The claim counts the try (`attempts + 1`) before anything is sent: whatever
+happens after the request went out (the worker dies, the database is gone
+when the answer is to be recorded), the try has counted, and the reconciler
+that takes back an expired claim gives up at NOTIFY_MAX_ATTEMPTS like any
+retry. So one event reaches a receiver at most NOTIFY_MAX_ATTEMPTS times
+per round of tries, whatever fails where. A rate-limit wait gives its count
+back: nothing was sent.
+
 Database connections. The io worker runs 64 threads; Django gives each its
 own connection. A try reads what it needs, builds the exact request, closes
 its connection, talks to the network (DNS, connect, send, read: seconds at
@@ -32,9 +40,12 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -50,7 +61,7 @@ from notify import emails, ratelimit, retry, signing, ssrf, transport
 from notify.events import JOB_EVENTS, SUBSCRIBABLE, Channel, EventType
 from notify.models import ChannelPreference, Delivery, DeliveryAttempt, Endpoint, Event
 from notify.selectors import preferences_for_user
-from project import metrics
+from project import metrics, plans
 from project.lanes import Lane
 from uploads.errors import ApplicationError
 from uploads.models import Job
@@ -110,10 +121,20 @@ def delivery_enqueue(*, delivery_id, seq: int, owner_id: int, due: datetime | No
                     owner_id=owner_id, due=due.timestamp() if due else None, plans=plans)
 
 
-def _deliveries_enqueue(tries: list[tuple]) -> int:
-    """Submit many tries, (delivery_id, seq, owner_id) each, with one plan lookup."""
-    plans = plans_for({owner_id for _, _, owner_id in tries})
-    return sum(delivery_enqueue(delivery_id=i, seq=s, owner_id=o, plans=plans) for i, s, o in tries)
+class Try(NamedTuple):
+    """A try to submit: try `seq` of a delivery whose event `owner_id` owns, at `due` (None: now)."""
+
+    delivery_id: uuid.UUID | str
+    seq: int
+    owner_id: int
+    due: datetime | None = None
+
+
+def _deliveries_enqueue(tries: list[Try]) -> int:
+    """Submit many tries with one plan lookup."""
+    plans = plans_for({t.owner_id for t in tries})
+    return sum(delivery_enqueue(delivery_id=t.delivery_id, seq=t.seq, owner_id=t.owner_id, due=t.due, plans=plans)
+               for t in tries)
 
 
 # --- events and their deliveries -----------------------------------------------------
@@ -169,7 +190,7 @@ def event_publish(*, owner: AbstractBaseUser, event_type: str, key: str, data: d
             for delivery in targets:
                 delivery.event = event
             Delivery.objects.bulk_create(targets)
-            tries = [(d.id, 0, owner.pk) for d in targets]
+            tries = [Try(d.id, 0, owner.pk) for d in targets]
             dispatcher.after_commit(lambda: _deliveries_enqueue(tries))
     except IntegrityError:  # published already (a redelivered task, or the batch's other last job)
         return None
@@ -296,10 +317,12 @@ def _release_db() -> None:
 
 
 def _claim(delivery_id: str, seq: int) -> Delivery | None:
+    """Take try `seq` of a delivery, and count it (see the module's docstring)."""
     now = timezone.now()
     claimed = Delivery.objects.filter(id=delivery_id, seq=seq).filter(
         Q(status=Delivery.Status.PENDING) | Q(status=Delivery.Status.SENDING, lease_until__lt=now)
-    ).update(status=Delivery.Status.SENDING, lease_until=now + timedelta(seconds=settings.NOTIFY_SENDING_LEASE_S))
+    ).update(status=Delivery.Status.SENDING, attempts=F("attempts") + 1,
+             lease_until=now + timedelta(seconds=settings.NOTIFY_SENDING_LEASE_S))
     if not claimed:
         return None
     return Delivery.objects.select_related("event", "event__owner", "endpoint").get(id=delivery_id)
@@ -319,10 +342,11 @@ def delivery_attempt(*, delivery_id: str, seq: int, reserved: bool = False,
 
 
 def _reschedule(delivery: Delivery, *, due: datetime, reserved: bool) -> None:
-    """Give back a claim without counting a try (rate limited)."""
+    """Give back a claim without counting a try (rate limited): nothing was sent."""
     with transaction.atomic():
         updated = Delivery.objects.filter(id=delivery.id, seq=delivery.seq, status=Delivery.Status.SENDING).update(
-            status=Delivery.Status.PENDING, seq=F("seq") + 1, next_attempt_at=due, lease_until=None)
+            status=Delivery.Status.PENDING, seq=F("seq") + 1, attempts=F("attempts") - 1, next_attempt_at=due,
+            lease_until=None)
         if updated:
             dispatcher.after_commit(lambda: delivery_enqueue(
                 delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, due=due,
@@ -333,11 +357,11 @@ def _webhook_attempt(delivery: Delivery, *, reserved: bool, resolver: ssrf.Resol
     endpoint = delivery.endpoint
     if endpoint is None or not endpoint.is_active:
         Delivery.objects.filter(id=delivery.id, status=Delivery.Status.SENDING).update(
-            status=Delivery.Status.CANCELED, lease_until=None, last_error="endpoint disabled")
+            status=Delivery.Status.CANCELED, attempts=F("attempts") - 1, lease_until=None,
+            last_error="endpoint disabled")
         return "canceled"
     if not reserved:
-        rate = endpoint.rate_per_s if endpoint.rate_per_s is not None else settings.NOTIFY_WEBHOOK_RATE_PER_S
-        burst = endpoint.burst if endpoint.burst is not None else settings.NOTIFY_WEBHOOK_BURST
+        rate, burst = _rate_limit(endpoint)
         wait_s = ratelimit.take(endpoint_id=str(endpoint.id), rate_per_s=rate, burst=burst)
         if wait_s > 0:
             _reschedule(delivery, due=timezone.now() + timedelta(seconds=wait_s), reserved=True)
@@ -351,13 +375,14 @@ def _webhook_attempt(delivery: Delivery, *, reserved: bool, resolver: ssrf.Resol
     try:
         target = ssrf.check_url(url, resolver=resolver)  # again, now: the name may point elsewhere since registration
     except ssrf.UnsafeURLError as exc:
-        answer = transport.Response(status=None, latency_ms=0, error=f"{exc.code}: {exc.message}"[:500])
+        answer = transport.Response(status=None, latency_ms=0, error=f"{exc.code}: {exc.message}")
         retryable = exc.code == "url_unresolvable"  # DNS trouble passes; a private address does not
     else:
         answer = transport.post(
             target, body=body.encode(), headers=headers,
             connect_timeout=settings.NOTIFY_WEBHOOK_CONNECT_TIMEOUT_S,
             read_timeout=settings.NOTIFY_WEBHOOK_READ_TIMEOUT_S,
+            total_timeout=settings.NOTIFY_WEBHOOK_DEADLINE_S,
             prefix_bytes=settings.NOTIFY_WEBHOOK_RESPONSE_PREFIX_BYTES,
         )
         retryable = True
@@ -365,6 +390,17 @@ def _webhook_attempt(delivery: Delivery, *, reserved: bool, resolver: ssrf.Resol
     _endpoint_health(endpoint_id=endpoint.id, ok=outcome == "succeeded")
     _release_db()
     return outcome
+
+
+def _rate_limit(endpoint: Endpoint) -> tuple[float, int]:
+    """The endpoint's own rate and burst where set and within bounds
+    (project/plans.py), else the defaults: a bad value stored anyway is
+    logged, not obeyed."""
+    bad = plans.reset_invalid(endpoint, ("rate_per_s", "burst"))
+    if bad:
+        log.warning("webhook endpoint %s has an invalid %s; the default is used", endpoint.id, ", ".join(bad))
+    rate = endpoint.rate_per_s if endpoint.rate_per_s is not None else settings.NOTIFY_WEBHOOK_RATE_PER_S
+    return rate, endpoint.burst if endpoint.burst is not None else settings.NOTIFY_WEBHOOK_BURST
 
 
 def _email_attempt(delivery: Delivery) -> str:
@@ -376,8 +412,7 @@ def _email_attempt(delivery: Delivery) -> str:
         message.send()
         answer = transport.Response(status=250, latency_ms=_ms_since(started))
     except Exception as exc:  # SMTP and socket errors alike: the mail server may be back later
-        answer = transport.Response(status=None, latency_ms=_ms_since(started),
-                                    error=f"{type(exc).__name__}: {exc}"[:500])
+        answer = transport.Response(status=None, latency_ms=_ms_since(started), error=f"{type(exc).__name__}: {exc}")
     outcome = _record(delivery, started=started, answer=answer, retryable=True)
     _release_db()
     return outcome
@@ -387,10 +422,30 @@ def _ms_since(start: datetime) -> int:
     return int((timezone.now() - start).total_seconds() * 1000)
 
 
+# Control characters, NUL among them (PostgreSQL text refuses it): a body
+# keeps its tabs and line breaks, a one-line error message nothing.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTROL_ONE_LINE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _storable(text: str, *, limit: int, one_line: bool = False) -> str:
+    """What a receiver (or a mail server, or an exception about either) said,
+    made fit to store and show: no NUL or other control characters (PostgreSQL
+    text refuses NUL; an error message is one line), no lone surrogates
+    (UTF-8 refuses them), at most `limit` characters."""
+    text = (_CONTROL_ONE_LINE if one_line else _CONTROL).sub("\ufffd", text[: limit * 2])
+    return text.encode("utf-8", "replace").decode("utf-8")[:limit]
+
+
 def _record(delivery: Delivery, *, started: datetime, answer: transport.Response, retryable: bool) -> str:
-    """Store the try and decide what comes next, atomically, guarded by the claim."""
+    """Store the try and decide what comes next, atomically, guarded by the
+    claim. Everything from outside is made storable first: a receiver may
+    answer anything, and an answer that cannot be stored would leave the
+    delivery `sending` (tests/notify/test_hostile_receivers.py)."""
+    error = _storable(answer.error, limit=DeliveryAttempt._meta.get_field("error").max_length, one_line=True)
+    prefix = _storable(answer.body_prefix, limit=settings.NOTIFY_WEBHOOK_RESPONSE_PREFIX_BYTES)
     ok = retry.is_success(answer.status) if delivery.channel == Channel.WEBHOOK else answer.status == 250
-    number = delivery.attempts + 1
+    number = delivery.attempts  # counted by the claim
     delay = None
     if not ok and retryable:
         delay = retry.next_delay_s(number, status=answer.status, retry_after=answer.retry_after)
@@ -398,8 +453,8 @@ def _record(delivery: Delivery, *, started: datetime, answer: transport.Response
     due = now + timedelta(seconds=delay) if delay is not None else None
     outcome = "succeeded" if ok else "retry" if due else "failed"
     with transaction.atomic():
-        fields = {"attempts": number, "last_status_code": answer.status if delivery.channel == Channel.WEBHOOK
-                  else None, "last_error": answer.error, "lease_until": None}
+        fields = {"last_status_code": answer.status if delivery.channel == Channel.WEBHOOK else None,
+                  "last_error": error, "lease_until": None}
         if ok:
             fields.update(status=Delivery.Status.SUCCEEDED, delivered_at=now)
         elif due:
@@ -412,8 +467,8 @@ def _record(delivery: Delivery, *, started: datetime, answer: transport.Response
             return "stale"  # deleted or canceled meanwhile
         DeliveryAttempt.objects.create(
             delivery_id=delivery.id, number=delivery.attempt_log.count() + 1, started_at=started,
-            latency_ms=answer.latency_ms, status_code=fields["last_status_code"], error=answer.error,
-            response_prefix=answer.body_prefix, outcome=outcome, next_attempt_at=due,
+            latency_ms=answer.latency_ms, status_code=fields["last_status_code"], error=error,
+            response_prefix=prefix, outcome=outcome, next_attempt_at=due,
         )
         if due:
             dispatcher.after_commit(lambda: delivery_enqueue(
@@ -422,7 +477,7 @@ def _record(delivery: Delivery, *, started: datetime, answer: transport.Response
                         wait_s=max(0.0, (started - (delivery.next_attempt_at or delivery.created_at)).total_seconds()),
                         process_s=answer.latency_ms / 1000)
     log.info("delivery %s try %d (%s): %s %s in %d ms", delivery.id, number, delivery.channel, outcome,
-             answer.status or answer.error, answer.latency_ms)
+             answer.status or error, answer.latency_ms)
     return outcome
 
 
@@ -477,7 +532,7 @@ def deliveries_resend(*, delivery_ids: list, actor: AbstractBaseUser) -> int:
         for delivery_id, seq, owner_id in rows:
             Delivery.objects.filter(id=delivery_id).update(status=Delivery.Status.PENDING, seq=seq + 1, attempts=0,
                                                            next_attempt_at=now, lease_until=None)
-            tries.append((delivery_id, seq + 1, owner_id))
+            tries.append(Try(delivery_id, seq + 1, owner_id))
         dispatcher.after_commit(lambda: _deliveries_enqueue(tries))
     log.info("%s resent %d deliveries", actor, len(tries))
     return len(tries)
@@ -486,7 +541,8 @@ def deliveries_resend(*, delivery_ids: list, actor: AbstractBaseUser) -> int:
 def deliveries_reconcile() -> int:
     """The outbox's safety net (settings.FAIR_RECONCILERS): re-submit tries
     the dispatcher no longer knows (Redis lost them, or a process died
-    between commit and submit), and tries whose worker died mid-send."""
+    between commit and submit), and take back claims whose lease passed
+    without an outcome (`_claim_expire`)."""
     if not dispatcher.is_fair(Lane.IO_NOTIFY):
         return 0
     now = timezone.now()
@@ -502,10 +558,43 @@ def deliveries_reconcile() -> int:
     for (delivery_id, seq, status, owner_id), state in zip(rows, states):
         if state is not None:
             continue
-        if status == Delivery.Status.SENDING:  # its worker died: a new try, the old claim void
-            if not Delivery.objects.filter(id=delivery_id, seq=seq, status=status).update(
-                    status=Delivery.Status.PENDING, seq=seq + 1, lease_until=None):
-                continue
-            seq += 1
-        tries.append((delivery_id, seq, owner_id))
+        if status == Delivery.Status.PENDING:
+            tries.append(Try(delivery_id, seq, owner_id))
+        elif (due := _claim_expire(delivery_id=delivery_id, seq=seq, now=now)) is not None:
+            tries.append(Try(delivery_id, seq + 1, owner_id, due))
     return _deliveries_enqueue(tries)
+
+
+LOST_TRY_ERROR = "no outcome recorded: the worker stopped, or could not record the answer, before its claim expired"
+
+
+def _claim_expire(*, delivery_id, seq: int, now: datetime) -> datetime | None:
+    """A claim whose lease passed without an outcome: its worker died, or
+    could not record what the receiver answered (the request may well have
+    gone out). The try counted when it was claimed; it is logged without an
+    outcome, and the delivery is tried again after the usual backoff, or
+    given up after NOTIFY_MAX_ATTEMPTS. Returns when the next try is due;
+    None when given up, or when another process moved the delivery on."""
+    claimed = Delivery.objects.filter(id=delivery_id, seq=seq, status=Delivery.Status.SENDING).only(
+        "attempts", "lease_until").first()
+    if claimed is None:
+        return None
+    delay = retry.next_delay_s(claimed.attempts, status=None, retry_after=None)
+    due = now + timedelta(seconds=delay) if delay is not None else None
+    fields = {"lease_until": None, "last_status_code": None, "last_error": LOST_TRY_ERROR}
+    if due:
+        fields.update(status=Delivery.Status.PENDING, seq=seq + 1, next_attempt_at=due)
+    else:
+        fields.update(status=Delivery.Status.FAILED)
+    with transaction.atomic():
+        if not Delivery.objects.filter(id=delivery_id, seq=seq, status=Delivery.Status.SENDING).update(**fields):
+            return None
+        DeliveryAttempt.objects.create(
+            delivery_id=delivery_id, number=DeliveryAttempt.objects.filter(delivery_id=delivery_id).count() + 1,
+            # when it was claimed (as far as the current lease setting tells)
+            started_at=claimed.lease_until - timedelta(seconds=settings.NOTIFY_SENDING_LEASE_S),
+            error=LOST_TRY_ERROR, outcome=DeliveryAttempt.Outcome.RETRY if due else DeliveryAttempt.Outcome.FAILED,
+            next_attempt_at=due)
+    log.warning("delivery %s: try %d had no outcome when its claim expired; %s", delivery_id, claimed.attempts,
+                f"next try at {due:%H:%M:%S}" if due else "given up")
+    return due

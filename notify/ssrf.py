@@ -14,6 +14,7 @@ answer; production uses getaddrinfo.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,9 @@ _DENIED_V6 = [
 ]
 SCHEMES = ("http", "https")
 MAX_URL_LENGTH = 2000
+# What http.client refuses to put in a request line or Host header (it
+# raises instead of sending): refused at registration, with a reason.
+_UNSENDABLE = re.compile(r"[\x00-\x20\x7f]")
 
 
 class UnsafeURLError(ValueError):
@@ -90,6 +94,8 @@ def address_problem(address: Address, *, allow_loopback: bool) -> str | None:
 def _split(url: str) -> tuple[str, str, int, str]:
     if len(url) > MAX_URL_LENGTH:
         raise UnsafeURLError("url_too_long", f"The URL is longer than {MAX_URL_LENGTH} characters.")
+    if _UNSENDABLE.search(url):
+        raise UnsafeURLError("url_invalid", "The URL contains spaces or control characters; percent-encode them.")
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -106,6 +112,8 @@ def _split(url: str) -> tuple[str, str, int, str]:
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
+    if not path.isascii():
+        raise UnsafeURLError("url_invalid", "The URL's path and query must be ASCII; percent-encode the rest.")
     return scheme, host, port or (443 if scheme == "https" else 80), path
 
 

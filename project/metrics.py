@@ -136,14 +136,19 @@ class _Collector:
         yield from _gauges(dispatcher.scheduler(sorted(FAIR_LANES)[0]).time())
 
 
+def has_metrics_token(request: HttpRequest) -> bool:
+    """The request carries `Authorization: Bearer $METRICS_TOKEN` (never, when no token is configured)."""
+    token = settings.METRICS_TOKEN
+    given = request.headers.get("Authorization", "")
+    return bool(token) and hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """Bearer-token protected; without METRICS_TOKEN configured there is no endpoint."""
-    token = settings.METRICS_TOKEN
-    if not token:
+    if not settings.METRICS_TOKEN:
         raise Http404
-    given = request.headers.get("Authorization", "")
-    if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+    if not has_metrics_token(request):
         return HttpResponse("unauthorized\n", status=401, headers={"WWW-Authenticate": "Bearer"})
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector())

@@ -14,6 +14,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from project.secret_key import install_secret_key
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("FAIRLANE_VAR_DIR", BASE_DIR / "var"))
 
@@ -31,9 +33,11 @@ PRODUCTION = os.environ.get("FAIRLANE_ENV", "development") == "production"
 DEBUG = env_bool("DJANGO_DEBUG", not PRODUCTION)
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
-    if PRODUCTION:
+    if PRODUCTION:  # several hosts must share one key, which var/ cannot give them
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when FAIRLANE_ENV=production")
-    SECRET_KEY = "dev-only-insecure-key-never-used-in-production-0123456789abcdef"
+    # A single-machine install (make run, the tests): a random key made once
+    # under var/, never one from the repository (project/secret_key.py).
+    SECRET_KEY = install_secret_key(VAR_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if not PRODUCTION else "")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 
@@ -246,6 +250,14 @@ FAIR_USAGE_MINUTES = int(os.environ.get("FAIR_USAGE_MINUTES", "10"))
 
 # --- Email -----------------------------------------------------------------------
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# Django's SMTP backend bounds each socket operation (EMAIL_TIMEOUT), not the
+# conversation: a server that trickles its replies holds an io thread for
+# days. notify.smtp's is the same backend with a total deadline
+# (NOTIFY_EMAIL_DEADLINE_S), so it replaces it whoever configured it.
+if EMAIL_BACKEND == "django.core.mail.backends.smtp.EmailBackend":
+    EMAIL_BACKEND = "notify.smtp.EmailBackend"
+# Per socket operation (Django's default is none at all: a silent server would hang forever).
+EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT", "10"))
 EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH", str(VAR_DIR / "mail"))
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
 EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
@@ -367,7 +379,9 @@ LOG_FORMAT = os.environ.get("LOG_FORMAT", "json" if PRODUCTION else "plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"context": {"()": "project.logcontext.ContextFilter"}},
+    "filters": {"context": {"()": "project.logcontext.ContextFilter"},
+                # Signed output links are credentials: masked in every line (project/logmask.py).
+                "mask_links": {"()": "project.logmask.MaskSignedLinks"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s %(ctx)s"},
         "json": {
@@ -377,8 +391,14 @@ LOGGING = {
             "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
         },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
+                             "filters": ["context", "mask_links"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    # Django's own console handlers (on "django" with DEBUG, and runserver's
+    # "django.server") would print request lines unmasked and unformatted:
+    # their records go to the root's handler instead.
+    "loggers": {"django": {"handlers": [], "propagate": True},
+                "django.server": {"handlers": ["console"], "propagate": False}},
 }
 
 # --- io-notify: email, webhooks (issue 6) ---
@@ -399,6 +419,15 @@ NOTIFY_WEBHOOK_ALLOWED_PORTS = [int(p) for p in env_list("NOTIFY_WEBHOOK_ALLOWED
 # cross-continent TLS handshake, 10 s read a receiver that does work inline.
 NOTIFY_WEBHOOK_CONNECT_TIMEOUT_S = float(os.environ.get("NOTIFY_WEBHOOK_CONNECT_TIMEOUT_S", "3"))
 NOTIFY_WEBHOOK_READ_TIMEOUT_S = float(os.environ.get("NOTIFY_WEBHOOK_READ_TIMEOUT_S", "10"))
+# The whole exchange (connect, send, every read) ends within this, however the
+# receiver paces its bytes: one byte every 9 s never trips the read timeout.
+# 15 s: the connect and read timeouts' worth for an honest receiver, and an
+# io thread comes back within it from any receiver.
+NOTIFY_WEBHOOK_DEADLINE_S = float(os.environ.get("NOTIFY_WEBHOOK_DEADLINE_S", "15"))
+# The whole SMTP conversation (connect, EHLO, STARTTLS, AUTH, MAIL, RCPT,
+# DATA, QUIT: about ten round trips) ends within this. 30 s leaves room for a
+# server's greeting delay (anti-spam "greet pause", often 5-10 s).
+NOTIFY_EMAIL_DEADLINE_S = float(os.environ.get("NOTIFY_EMAIL_DEADLINE_S", "30"))
 # Only this much of a response is read and stored (enough for an error message).
 NOTIFY_WEBHOOK_RESPONSE_PREFIX_BYTES = int(os.environ.get("NOTIFY_WEBHOOK_RESPONSE_PREFIX_BYTES", "512"))
 # Retries: delay = base x 2^(attempt-1) +-20% jitter, at most RETRY_MAX_S.
@@ -415,8 +444,27 @@ NOTIFY_WEBHOOK_DISABLE_AFTER_S = float(os.environ.get("NOTIFY_WEBHOOK_DISABLE_AF
 # an endpoint's own rate in the admin overrides it.
 NOTIFY_WEBHOOK_RATE_PER_S = float(os.environ.get("NOTIFY_WEBHOOK_RATE_PER_S", "10"))
 NOTIFY_WEBHOOK_BURST = int(os.environ.get("NOTIFY_WEBHOOK_BURST", "10"))
-# A delivery claimed by a worker that died is offered again after this.
+# Most io-notify tasks one user may have in flight at once (a plan's
+# notify_cap overrides it). Without a cap, one user whose endpoints answer
+# slowly holds every io thread (64 per worker) for a deadline each, and
+# stops email and webhooks for everyone. 16 leaves three quarters of one
+# worker to others, and is no limit for a user alone with a healthy
+# receiver: at 20 ms a delivery, 16 in flight is 800 deliveries/s, well past
+# a worker's ~100/s (README, bench-notify).
+NOTIFY_USER_CAP = int(os.environ.get("NOTIFY_USER_CAP", "16"))
+# The defaults obey what plans must (project/plans.py): to the dispatcher a
+# cap of 0 means no cap, to the rate limit a rate of 0 means no limit.
+if NOTIFY_USER_CAP < 1 or not NOTIFY_WEBHOOK_RATE_PER_S > 0 or NOTIFY_WEBHOOK_BURST < 1:
+    raise ImproperlyConfigured("NOTIFY_USER_CAP and NOTIFY_WEBHOOK_BURST must be at least 1 and "
+                               "NOTIFY_WEBHOOK_RATE_PER_S above 0")
+# A delivery claimed by a worker that died (or could not record the answer)
+# is offered again after this, as a counted try. It must outlast a try that
+# is still running, or the reconciler would send the event a second time
+# beside it: longer than the deadlines above, with room to record.
 NOTIFY_SENDING_LEASE_S = float(os.environ.get("NOTIFY_SENDING_LEASE_S", "120"))
+if NOTIFY_SENDING_LEASE_S <= max(NOTIFY_WEBHOOK_DEADLINE_S, NOTIFY_EMAIL_DEADLINE_S) + 30:
+    raise ImproperlyConfigured("NOTIFY_SENDING_LEASE_S must exceed NOTIFY_WEBHOOK_DEADLINE_S and "
+                               "NOTIFY_EMAIL_DEADLINE_S by more than 30 s")
 # Batch summaries list at most this many files (the counts cover all).
 NOTIFY_BATCH_LIST_MAX = int(os.environ.get("NOTIFY_BATCH_LIST_MAX", "100"))
 # Job endings not yet turned into events, and deliveries whose task the

@@ -8,6 +8,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 from django_celery_results.models import TaskResult
+from rest_framework.authtoken.models import Token, TokenProxy
 
 from uploads import services
 from uploads.models import Job, JobAttempt, Output, Profile, Upload
@@ -17,21 +18,34 @@ class ProfileInline(admin.StackedInline):
     model = Profile
     can_delete = False
     verbose_name = "fair-share plan"
-    fields = ["weight", "transcode_cap", "notify_rate_per_s", "notify_burst"]
+    fields = list(Profile.PLAN_FIELDS)
 
 
 User = get_user_model()
 admin.site.unregister(User)
+# DRF's token admin lists every user's API token in clear (and names it on
+# its delete page): a token is shown to its user only (create_api_user,
+# demo_setup). Staff revoke tokens from the users list instead.
+admin.site.unregister(TokenProxy)
 
 
 @admin.register(User)
 class FairlaneUserAdmin(UserAdmin):
     inlines = [*UserAdmin.inlines, ProfileInline]
+    actions = ["revoke_api_tokens"]
+
+    @admin.action(description="Revoke the API tokens of selected users", permissions=["change"])
+    def revoke_api_tokens(self, request, queryset):
+        revoked = list(Token.objects.filter(user__in=queryset).select_related("user"))
+        for token in revoked:
+            token.delete()
+            self.log_change(request, token.user, "Revoked the API token from the admin.")
+        self.message_user(request, f"Revoked {len(revoked)} API token(s).", messages.SUCCESS)
 
 
 @admin.register(Profile)
 class ProfileAdmin(admin.ModelAdmin):
-    list_display = ["user", "weight", "transcode_cap", "notify_rate_per_s", "notify_burst"]
+    list_display = ["user", *Profile.PLAN_FIELDS]
     search_fields = ["user__username"]
 
 

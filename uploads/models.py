@@ -12,6 +12,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from project import plans
+
 
 def upload_path(instance: "Upload", filename: str) -> str:
     # The client's filename never reaches the disk: a generated name under a
@@ -20,23 +22,46 @@ def upload_path(instance: "Upload", filename: str) -> str:
 
 
 class Profile(models.Model):
-    """A user's plan as the fair dispatcher sees it. No row means the defaults."""
+    """A user's plan as the fair dispatcher sees it. No row means the defaults.
+    The bounds and why: project/plans.py."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="fair_profile")
-    weight = models.FloatField(default=1.0, help_text="Share of each lane's worker time relative to others (> 0).")
+    weight = models.FloatField(
+        default=1.0, validators=plans.bounded(plans.WEIGHT_MIN, plans.WEIGHT_MAX, finite=True),
+        help_text=f"Share of each lane's worker time relative to others ({plans.WEIGHT_MIN:g} to "
+                  f"{plans.WEIGHT_MAX:g}; 1 is the default).")
     transcode_cap = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Most cpu-transcode jobs in flight at once (empty: no cap)."
+        null=True, blank=True, validators=plans.bounded(plans.CAP_MIN, plans.CAP_MAX),
+        help_text="Most cpu-transcode jobs in flight at once (empty: no cap).",
     )
     notify_rate_per_s = models.FloatField(
-        null=True, blank=True, help_text="Most io-notify jobs started per second (empty: no limit)."
+        null=True, blank=True, validators=plans.bounded(plans.RATE_MIN, plans.RATE_MAX, finite=True),
+        help_text="Most io-notify jobs started per second (empty: no limit).",
     )
-    notify_burst = models.PositiveIntegerField(default=10, help_text="Burst allowed above the notify rate.")
+    notify_burst = models.PositiveIntegerField(
+        default=10, validators=plans.bounded(plans.BURST_MIN, plans.BURST_MAX),
+        help_text="Burst allowed above the notify rate.")
     notify_cap = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Most io-notify jobs in flight at once (empty: no cap)."
+        null=True, blank=True, validators=plans.bounded(plans.CAP_MIN, plans.CAP_MAX),
+        help_text="Most io-notify jobs in flight at once (empty: the default, NOTIFY_USER_CAP).",
     )
 
+    # The fields that make the plan (fair_policies checks them again where used).
+    PLAN_FIELDS = ("weight", "transcode_cap", "notify_rate_per_s", "notify_burst", "notify_cap")
+
     class Meta:
-        constraints = [models.CheckConstraint(condition=models.Q(weight__gt=0), name="profile_weight_positive")]
+        constraints = [
+            models.CheckConstraint(condition=plans.in_range("weight", plans.WEIGHT_MIN, plans.WEIGHT_MAX),
+                                   name="profile_weight_in_range"),
+            models.CheckConstraint(condition=plans.in_range("transcode_cap", plans.CAP_MIN, plans.CAP_MAX,
+                                                            nullable=True), name="profile_transcode_cap_in_range"),
+            models.CheckConstraint(condition=plans.in_range("notify_cap", plans.CAP_MIN, plans.CAP_MAX,
+                                                            nullable=True), name="profile_notify_cap_in_range"),
+            models.CheckConstraint(condition=plans.in_range("notify_rate_per_s", plans.RATE_MIN, plans.RATE_MAX,
+                                                            nullable=True), name="profile_notify_rate_in_range"),
+            models.CheckConstraint(condition=plans.in_range("notify_burst", plans.BURST_MIN, plans.BURST_MAX),
+                                   name="profile_notify_burst_in_range"),
+        ]
 
     def __str__(self) -> str:
         return f"plan of {self.user}"

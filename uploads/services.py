@@ -21,7 +21,7 @@ from django.utils import timezone
 
 import dispatcher
 from dispatcher import KeyPolicy
-from project import logcontext, metrics
+from project import logcontext, metrics, plans
 from project.dbclock import db_now
 from project.lanes import Lane
 from uploads.errors import ApplicationError
@@ -127,15 +127,31 @@ def cost_estimate_for_size(size: int) -> float:
     return max(0.05, size / BYTES_PER_COST_SECOND)
 
 
+def _plan_checked(profile: Profile) -> Profile:
+    """`profile` with every plan value that breaks its bounds (stored before
+    they were enforced, or written around them) back at its default."""
+    bad = plans.reset_invalid(profile, Profile.PLAN_FIELDS)
+    if bad:
+        log.warning("plan of user %s has invalid %s; the defaults are used instead", profile.user_id, ", ".join(bad))
+    return profile
+
+
 def fair_policies(*, user_ids: Iterable[int], lane: Lane) -> dict[int, KeyPolicy]:
-    """Each user's weight, cap and rate on `lane`; users without a Profile get the defaults."""
-    policies = {}
-    for p in Profile.objects.filter(user_id__in=set(user_ids)):
-        if lane is Lane.CPU_TRANSCODE:
-            policies[p.user_id] = KeyPolicy(weight=p.weight, cap=p.transcode_cap)
+    """Each user's weight, cap and rate on `lane`, for every user asked about
+    (no Profile: the defaults). Plans are checked where they are edited
+    (project/plans.py) and again here: one user's bad plan must not make an
+    enqueue raise, which would also abort a reconciler pass for every row
+    after it, other users' included. On io-notify a user without a cap of
+    their own gets NOTIFY_USER_CAP."""
+    ids = set(user_ids)
+    io = lane is Lane.IO_NOTIFY
+    policies = dict.fromkeys(ids, KeyPolicy(cap=settings.NOTIFY_USER_CAP) if io else KeyPolicy())
+    for p in map(_plan_checked, Profile.objects.filter(user_id__in=ids)):
+        if io:
+            rate = (p.notify_rate_per_s, float(p.notify_burst)) if p.notify_rate_per_s is not None else None
+            policies[p.user_id] = KeyPolicy(weight=p.weight, cap=p.notify_cap or settings.NOTIFY_USER_CAP, rate=rate)
         else:
-            rate = (p.notify_rate_per_s, float(p.notify_burst)) if p.notify_rate_per_s else None
-            policies[p.user_id] = KeyPolicy(weight=p.weight, cap=p.notify_cap, rate=rate)
+            policies[p.user_id] = KeyPolicy(weight=p.weight, cap=p.transcode_cap)
     return policies
 
 

@@ -75,7 +75,7 @@ class Cluster:
         port = _free_port()
         self.web = subprocess.Popen(
             [str(Path(sys.executable).parent / "gunicorn"), "project.wsgi", "-b", f"127.0.0.1:{port}", "-w", "1",
-             "--graceful-timeout", "5"],
+             "--graceful-timeout", "5", "--logger-class", "project.weblog.AccessLogger"],
             env={**os.environ, **self.env(**extra)}, stdout=open(self.log_dir / "web.log", "wb"),
             stderr=subprocess.STDOUT, start_new_session=True,
         )

@@ -86,11 +86,15 @@ def test_corrupt_file_fails_clearly_and_affects_nothing_else(workers, make_user,
     assert Job.objects.get(id=broken_job["id"]).attempts == 1
 
 
-def test_healthz_sees_database_redis_and_both_lanes(workers, client):
-    deadline = time.monotonic() + 15  # a worker busy with ffmpeg may miss one ping's second
+def test_healthz_sees_database_redis_and_both_lanes(workers, client, admin_client):
+    # The workers register with the dispatcher when they are ready.
+    deadline = time.monotonic() + 15
     while (resp := client.get("/healthz")).status_code != 200 and time.monotonic() < deadline:
         time.sleep(0.5)
     body = resp.json()
     assert resp.status_code == 200, body
-    assert body["database"]["ok"] and body["redis"]["ok"]
-    assert body["workers"]["lanes"]["cpu-transcode"] and body["workers"]["lanes"]["io-notify"]
+    assert body["database"]["ok"] and body["redis"]["ok"] and body["workers"]["lanes"] == {
+        "cpu-transcode": True, "io-notify": True}
+    lanes = admin_client.get("/healthz").json()["workers"]["lanes"]  # staff see who
+    assert workers.procs["cpu"].name in lanes["cpu-transcode"]["workers"]
+    assert workers.procs["io"].name in lanes["io-notify"]["workers"]

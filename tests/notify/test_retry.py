@@ -6,6 +6,9 @@ from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 
 import pytest
+from django.conf import settings as django_settings
+from hypothesis import given
+from hypothesis import strategies as st
 
 from notify import retry
 
@@ -47,3 +50,34 @@ def test_a_429s_retry_after_wins_when_longer_than_the_backoff(settings):
     assert retry.next_delay_s(1, status=429, retry_after="0") < 2
     assert retry.next_delay_s(1, status=404, retry_after="50") is None
     assert retry.next_delay_s(10, status=500, retry_after=None) is None  # out of attempts
+
+
+@pytest.mark.parametrize("header", [
+    "\u00b2", "\u00b9\u00b3", "\u0663\u0660", "\u06f5", "\uff19", "\u2155", "1\u00b2", "-5", "1e3", "1.5", " ", "",
+    "Fri, 31 Dec 99999 23:59:59 GMT", "Mon, 99 Foo 2026 99:99:99 GMT", "\x00", "9" * 5000,
+])
+def test_retry_after_never_raises_and_is_a_finite_delay_or_nothing(header, settings):
+    """str.isdigit() is true for '²' and Arabic-Indic digits, which float()
+    refuses: only ASCII delta-seconds (RFC 9110) or an HTTP date count."""
+    settings.NOTIFY_MAX_ATTEMPTS = 10
+    asked = retry.retry_after_s(header)
+    assert asked is None or (0 <= asked < float("inf"))
+    delay = retry.next_delay_s(1, status=503, retry_after=header)
+    assert 0 < delay <= settings.NOTIFY_RETRY_MAX_S
+
+
+def test_only_ascii_digits_are_delta_seconds():
+    assert retry.retry_after_s("\u0663\u0660") is None and retry.retry_after_s("\u00b2") is None
+    assert retry.retry_after_s("30") == 30.0
+    huge = retry.retry_after_s("9" * 5000)  # more digits than int() takes: still a (finite) number
+    assert 24 * 3600 < huge < float("inf")
+
+
+@given(st.text(max_size=40))
+def test_any_retry_after_text_gives_a_bounded_delay(header):
+    delay = retry.next_delay_s(1, status=429, retry_after=header)
+    assert delay is not None and 0 < delay <= max(django_settings.NOTIFY_RETRY_MAX_S, 1)
+
+
+def test_backoff_never_overflows_whatever_the_attempt_number():
+    assert retry.backoff_s(5000) == retry.backoff_s(500)

@@ -42,6 +42,13 @@ PUBLIC = resolving_to("93.184.216.34")
     ("http:///nohost", PUBLIC, "url_invalid"),
     ("http://hooks.example:99999/", PUBLIC, "url_invalid"),
     ("http://hooks.example/", resolving_to(), "url_unresolvable"),
+    # Nothing http.client would refuse to send (it raises, it does not send):
+    # spaces and control characters anywhere, non-ASCII outside the host.
+    ("http://hooks.example/a\x00b", PUBLIC, "url_invalid"),
+    ("http://hoo\x00ks.example/", None, "url_invalid"),
+    ("http://hooks.example/a b", PUBLIC, "url_invalid"),
+    ("http://hooks.example/?q=\x7f", PUBLIC, "url_invalid"),
+    ("http://hooks.example/caf\u00e9", PUBLIC, "url_invalid"),
 ])
 def test_unsafe_urls_are_refused_with_a_reason(url, resolver, code):
     with pytest.raises(ssrf.UnsafeURLError) as refused:
