@@ -62,6 +62,7 @@ from notify.events import JOB_EVENTS, SUBSCRIBABLE, Channel, EventType
 from notify.models import ChannelPreference, Delivery, DeliveryAttempt, Endpoint, Event
 from notify.selectors import preferences_for_user
 from project import metrics, plans
+from project.dbclock import db_now
 from project.lanes import Lane
 from uploads.errors import ApplicationError
 from uploads.models import Job
@@ -92,11 +93,11 @@ def plans_for(owner_ids: Iterable[int]) -> Plans:
     return fair_policies(user_ids=owner_ids, lane=Lane.IO_NOTIFY)
 
 
-def _enqueue(task: str, args: list, *, task_id: str, owner_id: int, due: float | None = None,
+def _enqueue(task: str, args: list, *, task_id: str, owner_id: int, delay_s: float | None = None,
              plans: Plans | None = None) -> bool:
     plans = plans_for([owner_id]) if plans is None else plans
     return dispatcher.enqueue(task, args, task_id=task_id, fair_key=str(owner_id), cost=NOTIFY_COST_S,
-                              policy=plans.get(owner_id), due=due)
+                              policy=plans.get(owner_id), delay_s=delay_s)
 
 
 def job_finished_notify(*, job_id, owner_id: int, status: str, plans: Plans | None = None) -> bool:
@@ -113,28 +114,30 @@ def _deliver_task_id(delivery_id, seq: int) -> str:
     return f"notify-dlv-{delivery_id}-{seq}"
 
 
-def delivery_enqueue(*, delivery_id, seq: int, owner_id: int, due: datetime | None = None,
+def delivery_enqueue(*, delivery_id, seq: int, owner_id: int, delay_s: float | None = None,
                      reserved: bool = False, plans: Plans | None = None) -> bool:
-    """Schedule try `seq` of a delivery (at `due`). `reserved`: it already
-    holds a rate-limit token for that time. `plans`: as job_finished_notify."""
+    """Schedule try `seq` of a delivery, `delay_s` from now (a backoff or a
+    rate-limit wait: relative, so no host's clock enters; the dispatcher
+    counts it on Redis's). `reserved`: it already holds a rate-limit token
+    for that time. `plans`: as job_finished_notify."""
     return _enqueue(TASK_DELIVER, [str(delivery_id), seq, reserved], task_id=_deliver_task_id(delivery_id, seq),
-                    owner_id=owner_id, due=due.timestamp() if due else None, plans=plans)
+                    owner_id=owner_id, delay_s=delay_s, plans=plans)
 
 
 class Try(NamedTuple):
-    """A try to submit: try `seq` of a delivery whose event `owner_id` owns, at `due` (None: now)."""
+    """A try to submit: try `seq` of a delivery whose event `owner_id` owns, `delay_s` from now (None: now)."""
 
     delivery_id: uuid.UUID | str
     seq: int
     owner_id: int
-    due: datetime | None = None
+    delay_s: float | None = None
 
 
 def _deliveries_enqueue(tries: list[Try]) -> int:
     """Submit many tries with one plan lookup."""
     plans = plans_for({t.owner_id for t in tries})
-    return sum(delivery_enqueue(delivery_id=t.delivery_id, seq=t.seq, owner_id=t.owner_id, due=t.due, plans=plans)
-               for t in tries)
+    return sum(delivery_enqueue(delivery_id=t.delivery_id, seq=t.seq, owner_id=t.owner_id, delay_s=t.delay_s,
+                                plans=plans) for t in tries)
 
 
 # --- events and their deliveries -----------------------------------------------------
@@ -317,8 +320,9 @@ def _release_db() -> None:
 
 
 def _claim(delivery_id: str, seq: int) -> Delivery | None:
-    """Take try `seq` of a delivery, and count it (see the module's docstring)."""
-    now = timezone.now()
+    """Take try `seq` of a delivery, and count it (see the module's docstring).
+    Its lease is on the database's clock, which every host shares."""
+    now = db_now()
     claimed = Delivery.objects.filter(id=delivery_id, seq=seq).filter(
         Q(status=Delivery.Status.PENDING) | Q(status=Delivery.Status.SENDING, lease_until__lt=now)
     ).update(status=Delivery.Status.SENDING, attempts=F("attempts") + 1,
@@ -341,15 +345,15 @@ def delivery_attempt(*, delivery_id: str, seq: int, reserved: bool = False,
     return _email_attempt(delivery)
 
 
-def _reschedule(delivery: Delivery, *, due: datetime, reserved: bool) -> None:
+def _reschedule(delivery: Delivery, *, delay_s: float, reserved: bool) -> None:
     """Give back a claim without counting a try (rate limited): nothing was sent."""
     with transaction.atomic():
         updated = Delivery.objects.filter(id=delivery.id, seq=delivery.seq, status=Delivery.Status.SENDING).update(
-            status=Delivery.Status.PENDING, seq=F("seq") + 1, attempts=F("attempts") - 1, next_attempt_at=due,
-            lease_until=None)
+            status=Delivery.Status.PENDING, seq=F("seq") + 1, attempts=F("attempts") - 1,
+            next_attempt_at=db_now() + timedelta(seconds=delay_s), lease_until=None)
         if updated:
             dispatcher.after_commit(lambda: delivery_enqueue(
-                delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, due=due,
+                delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, delay_s=delay_s,
                 reserved=reserved))
 
 
@@ -364,7 +368,7 @@ def _webhook_attempt(delivery: Delivery, *, reserved: bool, resolver: ssrf.Resol
         rate, burst = _rate_limit(endpoint)
         wait_s = ratelimit.take(endpoint_id=str(endpoint.id), rate_per_s=rate, burst=burst)
         if wait_s > 0:
-            _reschedule(delivery, due=timezone.now() + timedelta(seconds=wait_s), reserved=True)
+            _reschedule(delivery, delay_s=wait_s, reserved=True)
             return "throttled"
     event = delivery.event
     body = json.dumps(event.payload, separators=(",", ":"), sort_keys=True)
@@ -449,7 +453,7 @@ def _record(delivery: Delivery, *, started: datetime, answer: transport.Response
     delay = None
     if not ok and retryable:
         delay = retry.next_delay_s(number, status=answer.status, retry_after=answer.retry_after)
-    now = timezone.now()
+    now = db_now()
     due = now + timedelta(seconds=delay) if delay is not None else None
     outcome = "succeeded" if ok else "retry" if due else "failed"
     with transaction.atomic():
@@ -472,7 +476,7 @@ def _record(delivery: Delivery, *, started: datetime, answer: transport.Response
         )
         if due:
             dispatcher.after_commit(lambda: delivery_enqueue(
-                delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, due=due))
+                delivery_id=delivery.id, seq=delivery.seq + 1, owner_id=delivery.event.owner_id, delay_s=delay))
     metrics.observe_job(lane=Lane.IO_NOTIFY, kind=delivery.channel, outcome=outcome,
                         wait_s=max(0.0, (started - (delivery.next_attempt_at or delivery.created_at)).total_seconds()),
                         process_s=answer.latency_ms / 1000)
@@ -545,7 +549,7 @@ def deliveries_reconcile() -> int:
     without an outcome (`_claim_expire`)."""
     if not dispatcher.is_fair(Lane.IO_NOTIFY):
         return 0
-    now = timezone.now()
+    now = db_now()
     overdue = now - timedelta(seconds=RECONCILE_AFTER_S)
     rows = list(Delivery.objects.filter(
         Q(status=Delivery.Status.PENDING) & (Q(next_attempt_at__lt=overdue) | Q(next_attempt_at__isnull=True,
@@ -560,21 +564,22 @@ def deliveries_reconcile() -> int:
             continue
         if status == Delivery.Status.PENDING:
             tries.append(Try(delivery_id, seq, owner_id))
-        elif (due := _claim_expire(delivery_id=delivery_id, seq=seq, now=now)) is not None:
-            tries.append(Try(delivery_id, seq + 1, owner_id, due))
+        elif (delay_s := _claim_expire(delivery_id=delivery_id, seq=seq, now=now)) is not None:
+            tries.append(Try(delivery_id, seq + 1, owner_id, delay_s))
     return _deliveries_enqueue(tries)
 
 
 LOST_TRY_ERROR = "no outcome recorded: the worker stopped, or could not record the answer, before its claim expired"
 
 
-def _claim_expire(*, delivery_id, seq: int, now: datetime) -> datetime | None:
+def _claim_expire(*, delivery_id, seq: int, now: datetime) -> float | None:
     """A claim whose lease passed without an outcome: its worker died, or
     could not record what the receiver answered (the request may well have
     gone out). The try counted when it was claimed; it is logged without an
     outcome, and the delivery is tried again after the usual backoff, or
-    given up after NOTIFY_MAX_ATTEMPTS. Returns when the next try is due;
-    None when given up, or when another process moved the delivery on."""
+    given up after NOTIFY_MAX_ATTEMPTS. Returns in how many seconds the next
+    try is due; None when given up, or when another process moved the
+    delivery on."""
     claimed = Delivery.objects.filter(id=delivery_id, seq=seq, status=Delivery.Status.SENDING).only(
         "attempts", "lease_until").first()
     if claimed is None:
@@ -597,4 +602,4 @@ def _claim_expire(*, delivery_id, seq: int, now: datetime) -> datetime | None:
             next_attempt_at=due)
     log.warning("delivery %s: try %d had no outcome when its claim expired; %s", delivery_id, claimed.attempts,
                 f"next try at {due:%H:%M:%S}" if due else "given up")
-    return due
+    return delay if due else None
