@@ -88,3 +88,17 @@ def api_client_for():
         return client
 
     return client_for
+
+
+@pytest.fixture
+def s3_storage(settings):
+    """The S3 backend against the run's private SeaweedFS, for the tests of
+    object storage itself, whichever backend the run uses by default (in
+    this process only: workers keep the run's)."""
+    from project.settings import s3_storages
+    from tests.services_plugin import seaweedfs_server
+
+    env = seaweedfs_server().env()
+    settings.FAIRLANE_STORAGE = "s3"
+    settings.STORAGES = {**settings.STORAGES, **s3_storages(env)}
+    return env

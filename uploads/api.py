@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from uploads import selectors, services
+from uploads import selectors, services, upload_limits
 from uploads.delivery import output_url
 from uploads.errors import ApplicationError
 from uploads.models import Job
@@ -64,6 +64,17 @@ class UploadParamsSerializer(serializers.Serializer):
 
 class UploadCreateApi(APIView):
     parser_classes = [MultiPartParser]
+
+    def dispatch(self, request, *args, **kwargs):
+        try:
+            return super().dispatch(request, *args, **kwargs)
+        finally:
+            upload_limits.release(request)
+
+    def initial(self, request: Request, *args, **kwargs) -> None:
+        # Before authentication: a session's CSRF check may read the body.
+        request._request.upload_handlers = [upload_limits.LimitedUploadHandler(request._request)]
+        super().initial(request, *args, **kwargs)
 
     def post(self, request: Request) -> Response:
         params = UploadParamsSerializer(data=request.data)
