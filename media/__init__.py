@@ -22,8 +22,10 @@ from media.store import (
     exists,
     fetch,
     list_prefix,
+    open_file,
     open_stream,
     presigned_url,
+    put_file,
     put_tree,
     read_bytes,
     reset_clients,
@@ -34,6 +36,6 @@ from media.store import (
 __all__ = [
     "Part", "UploadGone", "attempt_scratch", "content_type_for", "delete", "delete_prefix", "exists", "export_key",
     "exports_prefix", "fetch", "job_prefix", "list_prefix", "multipart_abort", "multipart_begin",
-    "multipart_complete", "multipart_put", "open_stream", "outputs_prefix", "presigned_url", "put_tree",
+    "multipart_complete", "multipart_put", "open_file", "open_stream", "outputs_prefix", "presigned_url", "put_file", "put_tree",
     "read_bytes", "reset_clients", "save_upload", "scratch_sweep", "upload_key", "uses_object_storage",
 ]

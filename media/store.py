@@ -103,14 +103,16 @@ class _ScratchFile(File):
         return self.name
 
 
-def _put(local: Path, key: str) -> int:
+def put_file(local: Path, key: str, *, consume: bool = False) -> int:
+    """Store a local file under `key`; returns its size. With `consume`
+    the local file is not needed any more (FileSystemStorage may move it)."""
     size = local.stat().st_size
     if uses_object_storage():
         _client().upload_file(str(local), _bucket(), key, ExtraArgs={
             "ContentType": content_type_for(key), "CacheControl": _cache_control(key)})
         return size
     with open(local, "rb") as fh:
-        saved = storage().save(key, _ScratchFile(fh, name=str(local)))
+        saved = storage().save(key, _ScratchFile(fh, name=str(local)) if consume else File(fh))
     if saved != key:  # keys are never reused: a clash is a bug, not a rename
         storage().delete(saved)
         raise FileExistsError(f"object {key} exists already")
@@ -118,8 +120,8 @@ def _put(local: Path, key: str) -> int:
 
 
 def put_tree(local_dir: Path, prefix: str) -> dict[str, int]:
-    """Upload every file under `local_dir` to `prefix` + its relative path;
-    returns {relative path: size}. Playlists go last, so that whoever lists
+    """Upload every file under `local_dir` to `prefix` + its relative path
+    (consuming them); returns {relative path: size}. Playlists go last, so that whoever lists
     the prefix never finds a playlist naming a segment that is not there
     yet (publishing is still the database transition's job)."""
     files = sorted(p for p in local_dir.rglob("*") if p.is_file())
@@ -129,7 +131,7 @@ def put_tree(local_dir: Path, prefix: str) -> dict[str, int]:
     sizes: dict[str, int] = {}
     with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
         for batch in (first, last):
-            for path, size in zip(batch, pool.map(lambda p: _put(p, prefix + rel[p]), batch)):
+            for path, size in zip(batch, pool.map(lambda p: put_file(p, prefix + rel[p], consume=True), batch)):
                 sizes[rel[path]] = size
     return sizes
 
@@ -144,16 +146,21 @@ def save_upload(key: str, content: File) -> str:
     return saved
 
 
-def fetch(key: str, dest: Path) -> None:
-    """Copy an object to a local file (a worker's scratch folder)."""
+def fetch(key: str, dest: Path, *, read_only: bool = False) -> None:
+    """Copy an object to a local file (a worker's scratch folder). A
+    `read_only` copy (an input nobody writes to) may be a hard link to the
+    stored file with FileSystemStorage: free on one filesystem."""
     if uses_object_storage():
         _client().download_file(_bucket(), key, str(dest))
         return
     source = _local_path(key)
-    try:
-        os.link(source, dest)  # same filesystem: free, and nothing writes to an input
-    except OSError:
-        shutil.copyfile(source, dest)
+    if read_only:
+        try:
+            os.link(source, dest)
+            return
+        except OSError:
+            pass
+    shutil.copyfile(source, dest)
 
 
 @contextmanager
@@ -168,6 +175,12 @@ def open_stream(key: str) -> Iterator[BinaryIO]:
         return
     with open(_local_path(key), "rb") as fh:
         yield fh
+
+
+def open_file(key: str) -> File:
+    """An object as an open Django File (FileSystemStorage: the file
+    itself, for the web to stream; S3: spooled to disk past 8 MiB)."""
+    return storage().open(key, "rb")
 
 
 def read_bytes(key: str) -> bytes:

@@ -373,6 +373,9 @@ FAIRLANE_FAULT_EXPORT_CRASH_AFTER_CHUNK = int(os.environ.get("FAIRLANE_FAULT_EXP
 FAIRLANE_FAULT_KILL_WEB_AFTER_COMMIT = env_bool("FAIRLANE_FAULT_KILL_WEB_AFTER_COMMIT", False)
 # Batch exports (exports/services.py) checkpoint after every this many files.
 FAIRLANE_EXPORT_CHUNK_FILES = int(os.environ.get("FAIRLANE_EXPORT_CHUNK_FILES", "50"))
+# The ZIP is uploaded in parts of about this size (at least S3's 5 MiB; S3
+# allows 10,000 parts, so 16 MiB parts carry exports up to about 160 GB).
+FAIRLANE_EXPORT_PART_BYTES = int(os.environ.get("FAIRLANE_EXPORT_PART_BYTES", str(16 * 1024 * 1024)))
 if PRODUCTION and FAIRLANE_FAULT_INJECTION:
     raise ImproperlyConfigured("FAIRLANE_FAULT_INJECTION must not be set when FAIRLANE_ENV=production")
 

@@ -102,3 +102,14 @@ def s3_storage(settings):
     settings.FAIRLANE_STORAGE = "s3"
     settings.STORAGES = {**settings.STORAGES, **s3_storages(env)}
     return env
+
+
+@pytest.fixture(params=["filesystem", "s3"])
+def storage_backend(request, settings, tmp_path) -> str:
+    """Run the test once per storage backend (this process only), with a
+    private MEDIA_ROOT and scratch folder."""
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    settings.FAIRLANE_SCRATCH_DIR = tmp_path / "scratch"
+    if request.param == "s3":
+        request.getfixturevalue("s3_storage")
+    return request.param

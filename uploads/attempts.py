@@ -33,13 +33,11 @@ from __future__ import annotations
 import logging
 import os
 import random
-import shutil
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
@@ -48,6 +46,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from django.utils import timezone
 
 import dispatcher
+import media
 from project import metrics
 from project.lanes import Lane
 from uploads import services
@@ -80,10 +79,11 @@ class Attempt:
     _lost: threading.Event = field(default_factory=threading.Event)
 
     @property
-    def outputs_dir(self) -> Path:
-        """Where this attempt publishes: one folder per attempt, so a replaced
-        attempt that still finishes can never overwrite the live one's files."""
-        return Path(settings.MEDIA_ROOT) / "outputs" / str(self.job.id) / str(self.number)
+    def outputs_prefix(self) -> str:
+        """Where this attempt stores its outputs: one prefix per attempt, so a
+        replaced attempt that still finishes can never overwrite the live
+        one's objects."""
+        return media.outputs_prefix(job_id=str(self.job.id), attempt=self.number)
 
     def progress(self, percent: int, *, checkpoint: dict | None = None) -> None:
         """Record progress (and a checkpoint to resume from); raises
@@ -222,7 +222,7 @@ def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work) -> 
     except SoftTimeLimitExceeded:
         return _on_soft_time_limit(job_id, number, soft_limit_s)
     except TRANSIENT_ERRORS as exc:
-        log.warning("job %s attempt %d hit a transient error: %r", job_id, number, exc)
+        log.warning("job %s attempt %d hit a transient error: %r", job_id, number, exc, exc_info=True)
         message = f"A temporary problem interrupted processing ({type(exc).__name__}); it will be retried."
         if not connection.in_atomic_block:  # a dead database connection is replaced, not reused
             close_old_connections()
@@ -236,8 +236,22 @@ def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work) -> 
                           message="Processing failed because of an internal error; it has been logged.")
         return None
     finally:
-        if not published:
-            shutil.rmtree(attempt.outputs_dir, ignore_errors=True)
+        _outputs_tidy(job_id, attempt, published)
+
+
+def _outputs_tidy(job_id: str, attempt: Attempt, published: bool) -> None:
+    """An attempt that did not publish deletes what it stored. The one that
+    did deletes what earlier attempts left (a process killed after
+    uploading, before publishing, cannot clean up after itself); a replaced
+    attempt still running cleans up its own when it stops. A failure here
+    leaves orphans, never an error in the job."""
+    try:
+        if published:
+            media.delete_prefix(media.job_prefix(job_id=job_id), keep=attempt.outputs_prefix)
+        else:
+            media.delete_prefix(attempt.outputs_prefix)
+    except Exception:
+        log.exception("job %s attempt %d: could not delete stored objects", job_id, attempt.number)
 
 
 def _on_soft_time_limit(job_id: str, number: int, soft_limit_s: float | None) -> str | None:
@@ -289,7 +303,9 @@ def job_worker_lost(*, job_id: str, reason: str) -> None:
     `job_id` died (reason "lost": SIGKILL, OOM, a crash) or was killed at its
     hard time limit ("timeout"). Celery has acknowledged the message (we run
     with reject_on_worker_lost off: the attempt count, not Celery, decides
-    whether the job runs again)."""
+    whether the job runs again). The dead child's scratch folder goes now,
+    not at the next worker start."""
+    media.scratch_sweep()
     job = Job.objects.filter(id=job_id).first()
     if job is None or job.status in Job.TERMINAL:
         dispatcher.finish(services.job_task_name(job) if job else services.TRANSCODE_TASK, job_id)

@@ -20,11 +20,12 @@ from django.db.models import F
 from django.utils import timezone
 
 import dispatcher
+import media
 from dispatcher import KeyPolicy
 from project import logcontext, metrics
 from project.lanes import Lane
 from uploads.errors import ApplicationError
-from uploads.models import Job, JobAttempt, Output, Profile, Upload, upload_path
+from uploads.models import Job, JobAttempt, Output, Profile, Upload
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,10 @@ def worker_id() -> str:
 
 @dataclass(frozen=True)
 class OutputFile:
-    """A finished output, already moved to its final place under MEDIA_ROOT."""
+    """A finished output, already stored under its attempt's prefix."""
 
     name: str
-    path: str  # relative to MEDIA_ROOT
+    path: str  # its key in the store (media/)
     content_type: str
     size: int
     metadata: dict
@@ -83,10 +84,10 @@ def uploads_create(
                     size=f.size,
                     client_content_type=(f.content_type or "")[:255],
                 )
-                # The name is known before writing, so that a file that fails
+                # The key is known before writing, so that a file that fails
                 # half-way through is removed too.
-                written.append(upload_path(upload, ""))
-                upload.file.name = upload.file.storage.save(written[-1], f)
+                written.append(media.upload_key(owner_id=owner.pk))
+                upload.file.name = media.save_upload(written[-1], f)
                 upload.save()
                 job = Job(upload=upload, owner=owner, lane=Lane.CPU_TRANSCODE, queued_at=now,
                           scheduled_for=scheduled_for, cost_estimate=cost_estimate_for_size(f.size))
@@ -99,8 +100,8 @@ def uploads_create(
             job_ids = [str(job_id) for job_id in Job.objects.filter(upload__in=uploads).values_list("id", flat=True)]
             dispatcher.after_commit(lambda: _enqueue_committed(job_ids))
     except BaseException:
-        for name in written:  # the rows are rolled back: their files must not linger
-            Upload.file.field.storage.delete(name)
+        for key in written:  # the rows are rolled back: their files must not linger
+            media.delete(key)
         raise
     return uploads
 
@@ -317,6 +318,11 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
             id__in=list(job_ids), status__in=[Job.Status.FAILED, Job.Status.CANCELED]))
         ids = [job.id for job in jobs]
         Output.objects.filter(job_id__in=ids).delete()
+        # Their objects go once the rows are gone (after commit), and only
+        # the attempts made so far: the retry's own attempt may be uploading
+        # by the time this runs.
+        stale = [(str(job.id), job.attempts, job.checkpoint) for job in jobs]
+        transaction.on_commit(lambda: _job_objects_delete(stale))
         Job.objects.filter(id__in=ids).update(
             status=Job.Status.QUEUED, queued_at=now, progress=0, error_code="", error_message="",
             started_at=None, finished_at=None, wait_ms=None, process_ms=None, checkpoint={}, notify_pending=False,
@@ -324,6 +330,21 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
         dispatcher.after_commit(lambda: jobs_enqueue(job_ids=[str(i) for i in ids]))
     log.info("%s retried %d job(s): %s", actor, len(ids), [str(i) for i in ids])
     return jobs
+
+
+def _job_objects_delete(jobs: list[tuple[str, int, dict]]) -> None:
+    """Delete the stored outputs of the given attempts of each job (and an
+    export's unfinished upload), logging rather than raising: the rows are
+    gone already, and a leftover object is an orphan, not an error."""
+    from exports.services import export_upload_discard
+
+    for job_id, attempts, checkpoint in jobs:
+        try:
+            for number in range(1, attempts + 1):
+                media.delete_prefix(media.outputs_prefix(job_id=job_id, attempt=number))
+            export_upload_discard(job_id=job_id, checkpoint=checkpoint)
+        except Exception:
+            log.exception("could not delete the stored outputs of job %s", job_id)
 
 
 def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
