@@ -45,6 +45,8 @@ bench-notify: install
 clean:
 	rm -rf var/ $(VENV)
 
-# Stop the embedded Redis that `make run` leaves running between starts.
+# Stop the embedded Redis (and SeaweedFS, if this checkout started one) that
+# `make run` leaves running between starts.
 stop:
 	$(BIN)/python -m project.embedded_redis stop var/redis 6390
+	$(BIN)/python -m project.embedded_seaweedfs stop var/seaweedfs
