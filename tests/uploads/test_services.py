@@ -49,15 +49,20 @@ def test_progress_is_clamped_and_only_moves_while_running(job):
 
 class _BreaksWhileRead(SimpleUploadedFile):
     """An uploaded file whose temporary copy fails to read half-way (a full
-    or failing disk under the upload handler)."""
+    or failing disk under the upload handler), however the backend reads
+    it (FileSystemStorage by chunks, S3 by read())."""
 
     def chunks(self, chunk_size=None):
         yield b"first part"
         raise OSError(5, "Input/output error")
 
+    def read(self, *args):
+        raise OSError(5, "Input/output error")
+
 
 @pytest.mark.django_db(transaction=True)
-def test_a_request_that_fails_half_way_leaves_no_rows_no_files_and_enqueues_nothing(make_user, redis_client, settings):
+def test_a_request_that_fails_half_way_leaves_no_rows_no_files_and_enqueues_nothing(make_user, redis_client,
+                                                                                    storage_backend):
     import dispatcher
     from project.lanes import Lane
 

@@ -19,10 +19,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def temp_dir(settings, tmp_path):
-    """Where the request's temporary files go: empty after any refusal. (And
-    a private MEDIA_ROOT: what the accepted requests store stays here.)"""
-    settings.MEDIA_ROOT = str(tmp_path / "media")
+def temp_dir(settings, tmp_path, filesystem_storage):
+    """Where the request's temporary files go: empty after any refusal. (The
+    store is a private MEDIA_ROOT: the limits do not depend on the backend.)"""
     settings.FILE_UPLOAD_TEMP_DIR = str(tmp_path / "upload-tmp")
     (tmp_path / "upload-tmp").mkdir()
     return tmp_path / "upload-tmp"
@@ -60,7 +59,7 @@ def test_a_file_over_the_limit_is_refused_mid_stream_and_its_temporary_files_are
     # Refused while reading: most of the body was never read, let alone written.
     assert _bytes_read(resp) < size / 4
     assert not any(temp_dir.iterdir()) and not Upload.objects.exists()
-    assert media.list_prefix("uploads/") == {}
+    assert media.list_prefix("uploads/") == {}  # the private store holds nothing
 
 
 def test_too_many_files_in_one_request_is_refused(make_user, api_client_for, settings, temp_dir):
