@@ -18,6 +18,7 @@ user's reservation is given back when the request ends (`release`).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -56,8 +57,14 @@ def _too_large(code: str, message: str, **extra) -> ApplicationError:
     return ApplicationError(code, message, status_code=413, extra=extra)
 
 
+@functools.lru_cache(maxsize=4)
+def _client(url: str) -> redis.Redis:
+    # One pool per process and URL (redis-py's pool starts afresh in a forked child).
+    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    return _client(settings.REDIS_URL)
 
 
 def _reserve(request: HttpRequest, size: int) -> None:
