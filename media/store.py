@@ -103,12 +103,15 @@ class _ScratchFile(File):
         return self.name
 
 
-def put_file(local: Path, key: str, *, consume: bool = False) -> int:
+def put_file(local: Path, key: str, *, consume: bool = False, client=None) -> int:
     """Store a local file under `key`; returns its size. With `consume`
-    the local file is not needed any more (FileSystemStorage may move it)."""
+    the local file is not needed any more (FileSystemStorage may move it).
+    `client`: the caller's S3 client, for calls from other threads (the
+    storage's own connection is per thread, and building one per thread
+    costs a session each)."""
     size = local.stat().st_size
     if uses_object_storage():
-        _client().upload_file(str(local), _bucket(), key, ExtraArgs={
+        (client or _client()).upload_file(str(local), _bucket(), key, ExtraArgs={
             "ContentType": content_type_for(key), "CacheControl": _cache_control(key)})
         return size
     with open(local, "rb") as fh:
@@ -129,9 +132,11 @@ def put_tree(local_dir: Path, prefix: str) -> dict[str, int]:
     first = [p for p in files if p.suffix != ".m3u8"]
     last = [p for p in files if p.suffix == ".m3u8"]
     sizes: dict[str, int] = {}
+    client = _client() if uses_object_storage() else None  # thread-safe: one for every upload thread
     with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
         for batch in (first, last):
-            for path, size in zip(batch, pool.map(lambda p: put_file(p, prefix + rel[p], consume=True), batch)):
+            uploads = pool.map(lambda p: put_file(p, prefix + rel[p], consume=True, client=client), batch)
+            for path, size in zip(batch, uploads):
                 sizes[rel[path]] = size
     return sizes
 

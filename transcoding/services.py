@@ -86,7 +86,7 @@ def transcode(attempt: Attempt) -> list[OutputFile]:
         sizes = media.put_tree(workdir, prefix)
         outputs = [OutputFile(name=p.name, path=prefix + p.filename, content_type=p.content_type,
                               size=sizes[p.filename], metadata=p.metadata) for p in produced]
-        log.info("job %s transcoded: %s, %d outputs in %.2f s (fetch %.2f s, upload %.2f s)", job_id, probe.kind,
+        log.info("job %s transcoded: %s, %d outputs in %.2f s (fetch %.3f s, upload %.3f s)", job_id, probe.kind,
                  len(outputs), time.monotonic() - started, fetched - started, time.monotonic() - encoded)
         return outputs
 
