@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-properties install bench-fairness bench-media bench-notify clean stop
+.PHONY: run test test-fast test-properties install bench-fairness bench-media bench-notify bench-storage clean stop
 
 install: $(STAMP)
 
@@ -37,6 +37,10 @@ bench-fairness: install
 
 bench-media: install
 	$(BIN)/python -m bench.media
+
+# What object storage (SeaweedFS) costs a job against local disk
+bench-storage: install
+	$(BIN)/python -m bench.storage
 
 # Webhook deliveries, fair versus FIFO; smaller: make bench-notify ARGS="--heavy 2000"
 bench-notify: install
