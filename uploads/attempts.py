@@ -222,7 +222,7 @@ def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work) -> 
     except SoftTimeLimitExceeded:
         return _on_soft_time_limit(job_id, number, soft_limit_s)
     except TRANSIENT_ERRORS as exc:
-        log.warning("job %s attempt %d hit a transient error: %r", job_id, number, exc, exc_info=True)
+        log.warning("job %s attempt %d hit a transient error: %r", job_id, number, exc)
         message = f"A temporary problem interrupted processing ({type(exc).__name__}); it will be retried."
         if not connection.in_atomic_block:  # a dead database connection is replaced, not reused
             close_old_connections()
