@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-properties install bench-fairness bench-media bench-notify clean stop
+.PHONY: run test test-fast test-properties install bench-fairness bench-media bench-notify bench-storage clean stop
 
 install: $(STAMP)
 
@@ -38,6 +38,10 @@ bench-fairness: install
 bench-media: install
 	$(BIN)/python -m bench.media
 
+# What object storage (SeaweedFS) costs a job against local disk
+bench-storage: install
+	$(BIN)/python -m bench.storage
+
 # Webhook deliveries, fair versus FIFO; smaller: make bench-notify ARGS="--heavy 2000"
 bench-notify: install
 	$(BIN)/python -m bench.notify $(ARGS)
@@ -45,7 +49,9 @@ bench-notify: install
 clean:
 	rm -rf var/ $(VENV)
 
-# Stop the embedded Redis that `make run` leaves running between starts
-# (this checkout's only: another server on the port is left alone).
+# Stop the embedded Redis (and SeaweedFS, if this checkout started one) that
+# `make run` leaves running between starts (this checkout's only: another
+# server on the port is left alone).
 stop:
 	$(BIN)/python -m project.embedded_redis stop var/redis $${FAIRLANE_REDIS_PORT:-6390}
+	$(BIN)/python -m project.embedded_seaweedfs stop var/seaweedfs

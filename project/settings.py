@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 
 import dj_database_url
@@ -54,6 +55,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI as static files: the docs page loads nothing from a CDN
     "django_celery_results",
     "dispatcher",
+    "media",
     "uploads",
     "transcoding",
     "exports",
@@ -101,13 +103,79 @@ LOGOUT_REDIRECT_URL = "login"
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+
+# --- Media storage (media/: the one module that knows where files live) ----------
+# Uploads and outputs go through Django's STORAGES and nothing else.
+# "filesystem" (the zero-setup default): FileSystemStorage under MEDIA_ROOT,
+# for one host (or a shared mount). "s3": an S3-compatible object store
+# (django-storages + boto3), so web and worker hosts share nothing but it.
+FAIRLANE_STORAGE = os.environ.get("FAIRLANE_STORAGE", "filesystem")
 MEDIA_ROOT = Path(os.environ.get("FAIRLANE_MEDIA_ROOT", VAR_DIR / "media"))
 # Uploads and outputs are never served from MEDIA_URL: only through signed,
 # expiring links (uploads/delivery.py). MEDIA_URL exists for Django's checks.
 MEDIA_URL = "/unused-media/"
-# Large uploads stream to a temporary file instead of memory.
+# A worker's private copies (inputs, ffmpeg's outputs, export parts), one
+# folder per attempt; never under MEDIA_ROOT, swept at worker start.
+FAIRLANE_SCRATCH_DIR = Path(os.environ.get("FAIRLANE_SCRATCH_DIR", VAR_DIR / "scratch"))
+# Upload limits, enforced while the request streams in (uploads/upload_limits.py):
+# Content-Length first, then bytes per file, bytes and files per request,
+# and bytes per user in flight across every web process (Redis).
+FAIRLANE_MAX_UPLOAD_BYTES = int(os.environ.get("FAIRLANE_MAX_UPLOAD_BYTES", str(2 * 1024**3)))
+FAIRLANE_MAX_REQUEST_BYTES = int(os.environ.get("FAIRLANE_MAX_REQUEST_BYTES", str(4 * 1024**3)))
+FAIRLANE_MAX_FILES_PER_REQUEST = int(os.environ.get("FAIRLANE_MAX_FILES_PER_REQUEST", "500"))
+FAIRLANE_MAX_USER_INFLIGHT_BYTES = int(os.environ.get("FAIRLANE_MAX_USER_INFLIGHT_BYTES", str(8 * 1024**3)))
+# Files stream to a temporary file (never memory) past this size.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
-DATA_UPLOAD_MAX_NUMBER_FILES = int(os.environ.get("FAIRLANE_MAX_FILES_PER_REQUEST", "500"))
+# Django's own count (a plain 400) stays one above ours, which answers first
+# with the API's JSON 413.
+DATA_UPLOAD_MAX_NUMBER_FILES = FAIRLANE_MAX_FILES_PER_REQUEST + 1
+_STATICFILES = ("whitenoise.storage.CompressedManifestStaticFilesStorage" if PRODUCTION
+                else "django.contrib.staticfiles.storage.StaticFilesStorage")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": _STATICFILES},
+}
+
+
+def s3_storages(env: Mapping[str, str]) -> dict:
+    """STORAGES' "default" and "public" for FAIRLANE_STORAGE=s3, from `env`
+    (the environment; the tests pass their own SeaweedFS's). Every host
+    reaches the store at FAIRLANE_S3_ENDPOINT; browsers and players reach it
+    at FAIRLANE_S3_PUBLIC_ENDPOINT (default: the same). Presigned URLs are
+    signed for the public name by the "public" storage, whose endpoint is
+    that name: SigV4 signs the Host header, so a signed URL's host cannot
+    be rewritten afterwards."""
+    endpoint = env.get("FAIRLANE_S3_ENDPOINT", "")
+    if not endpoint:
+        raise ImproperlyConfigured("FAIRLANE_STORAGE=s3 needs FAIRLANE_S3_ENDPOINT (e.g. http://s3.internal:8333)")
+    options = {
+        "bucket_name": env.get("FAIRLANE_S3_BUCKET", "fairlane-media"),
+        "region_name": env.get("FAIRLANE_S3_REGION", "us-east-1"),
+        # Unset: boto3's own chain (AWS_* variables, instance or pod roles).
+        "access_key": env.get("FAIRLANE_S3_ACCESS_KEY_ID") or None,
+        "secret_key": env.get("FAIRLANE_S3_SECRET_ACCESS_KEY") or None,
+        # Without it this boto3 signs presigned URLs with SigV2.
+        "signature_version": "s3v4",
+        # Bucket in the path: one host name for every bucket (no wildcard DNS
+        # for bucket.host names inside a private network).
+        "addressing_style": "path",
+        # Reads through storage.open() spool to disk past 8 MiB (the default,
+        # 0, keeps a whole object in memory).
+        "max_memory_size": 8 * 1024 * 1024,
+        # Keys are generated (uuid4, attempt numbers) and never reused, so
+        # nothing depends on this; False would add a racy HEAD per save.
+        "file_overwrite": True,
+    }
+    backend = "storages.backends.s3.S3Storage"
+    return {"default": {"BACKEND": backend, "OPTIONS": {**options, "endpoint_url": endpoint}},
+            "public": {"BACKEND": backend, "OPTIONS": {
+                **options, "endpoint_url": env.get("FAIRLANE_S3_PUBLIC_ENDPOINT") or endpoint}}}
+
+
+if FAIRLANE_STORAGE == "s3":
+    STORAGES.update(s3_storages(os.environ))
+elif FAIRLANE_STORAGE != "filesystem":
+    raise ImproperlyConfigured("FAIRLANE_STORAGE is 'filesystem' (the default) or 's3'")
 
 # --- Database ----------------------------------------------------------------
 # SQLite is the zero-setup default; PostgreSQL in production (DATABASE_URL).
@@ -305,7 +373,6 @@ FAIRLANE_IDEMPOTENCY_TTL_S = int(os.environ.get("FAIRLANE_IDEMPOTENCY_TTL_S", st
 
 # --- Media processing --------------------------------------------------------------
 # Limits that make a file fail cleanly instead of exhausting the machine.
-FAIRLANE_MAX_UPLOAD_BYTES = int(os.environ.get("FAIRLANE_MAX_UPLOAD_BYTES", str(2 * 1024**3)))
 FAIRLANE_MAX_DURATION_S = float(os.environ.get("FAIRLANE_MAX_DURATION_S", str(4 * 3600)))
 FAIRLANE_MAX_PIXELS = int(os.environ.get("FAIRLANE_MAX_PIXELS", str(8192 * 8192)))
 # ffmpeg threads per job: lane concurrency x threads should match the cores.
@@ -350,6 +417,9 @@ FAIRLANE_FAULT_EXPORT_CRASH_AFTER_CHUNK = int(os.environ.get("FAIRLANE_FAULT_EXP
 FAIRLANE_FAULT_KILL_WEB_AFTER_COMMIT = env_bool("FAIRLANE_FAULT_KILL_WEB_AFTER_COMMIT", False)
 # Batch exports (exports/services.py) checkpoint after every this many files.
 FAIRLANE_EXPORT_CHUNK_FILES = int(os.environ.get("FAIRLANE_EXPORT_CHUNK_FILES", "50"))
+# The ZIP is uploaded in parts of about this size (at least S3's 5 MiB; S3
+# allows 10,000 parts, so 16 MiB parts carry exports up to about 160 GB).
+FAIRLANE_EXPORT_PART_BYTES = int(os.environ.get("FAIRLANE_EXPORT_PART_BYTES", str(16 * 1024 * 1024)))
 if PRODUCTION and FAIRLANE_FAULT_INJECTION:
     raise ImproperlyConfigured("FAIRLANE_FAULT_INJECTION must not be set when FAIRLANE_ENV=production")
 
@@ -367,10 +437,6 @@ if PRODUCTION:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SECURE_CONTENT_TYPE_NOSNIFF = True
-    STORAGES = {
-        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
-    }
 
 # --- Logging -------------------------------------------------------------------------
 # JSON in production (one object per line, with job_id, user_id, task_id, lane

@@ -7,6 +7,8 @@ valkey-server that tests/services_plugin.py started for this run.
 from __future__ import annotations
 
 import os
+import uuid
+from pathlib import Path
 
 import pytest
 import redis
@@ -88,3 +90,40 @@ def api_client_for():
         return client
 
     return client_for
+
+
+@pytest.fixture
+def s3_storage(settings) -> dict:
+    """The S3 backend against the run's private SeaweedFS, in a bucket of
+    its own, for the tests of object storage itself, whichever backend the
+    run uses by default (in this process only: workers keep the run's)."""
+    from project.embedded_seaweedfs import Server, _client
+    from project.settings import s3_storages
+    from tests.services_plugin import seaweedfs_server
+
+    server = seaweedfs_server()
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    _client(Server(**{**server.__dict__, "bucket": bucket})).create_bucket(Bucket=bucket)
+    env = {**server.env(), "FAIRLANE_S3_BUCKET": bucket}
+    settings.FAIRLANE_STORAGE = "s3"
+    settings.STORAGES = {**settings.STORAGES, **s3_storages(env)}
+    return env
+
+
+@pytest.fixture
+def filesystem_storage(settings, tmp_path) -> Path:
+    """FileSystemStorage under a private MEDIA_ROOT, whichever backend the
+    run uses by default (in this process only)."""
+    settings.FAIRLANE_STORAGE = "filesystem"
+    settings.STORAGES = {**settings.STORAGES, "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"}}
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    return tmp_path / "media"
+
+
+@pytest.fixture(params=["filesystem", "s3"])
+def storage_backend(request, settings, tmp_path) -> str:
+    """Run the test once per storage backend (this process only), with its
+    own media (a private MEDIA_ROOT, or a bucket of its own) and scratch."""
+    settings.FAIRLANE_SCRATCH_DIR = tmp_path / "scratch"
+    request.getfixturevalue(f"{request.param}_storage")
+    return request.param

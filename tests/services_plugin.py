@@ -31,6 +31,16 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     os.environ.setdefault("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
     # Webhook tests deliver to a receiver on 127.0.0.1 (never allowed in production).
     os.environ.setdefault("FAIRLANE_WEBHOOK_ALLOW_LOOPBACK", "1")
+    # Worker scratch folders of this run (the workers inherit it).
+    os.environ["FAIRLANE_SCRATCH_DIR"] = str(Path(os.environ["FAIRLANE_VAR_DIR"]) / "scratch")
+    if os.environ.get("FAIRLANE_STORAGE") == "s3" and not os.environ.get("FAIRLANE_S3_ENDPOINT"):
+        # The object-storage run: every process of the run (this one, the
+        # workers, gunicorn) uses one private SeaweedFS.
+        os.environ.update(seaweedfs_server().env())
+    _start_redis()
+
+
+def _start_redis() -> None:
     if os.environ.get("REDIS_URL"):
         return
     from project import embedded_redis
@@ -62,3 +72,25 @@ def embedded_redis_restart(*, down_for_s: float = 0.0) -> None:
     time.sleep(down_for_s)
     EMBEDDED_REDIS["proc"] = embedded_redis.spawn(EMBEDDED_REDIS["data_dir"], EMBEDDED_REDIS["port"],
                                                   persist=EMBEDDED_REDIS["persist"])
+
+
+# The run's private SeaweedFS, started on first use: at load time for an
+# object-storage run (FAIRLANE_STORAGE=s3), else by the tests of the S3
+# backend itself (the `s3_storage` fixture), so every run exercises it.
+SEAWEEDFS: dict = {}
+
+
+def seaweedfs_server():
+    """A private SeaweedFS for this run: free ports, data in a temporary
+    folder, killed at exit."""
+    if "server" not in SEAWEEDFS:
+        from project import embedded_seaweedfs
+
+        data_dir = Path(tempfile.mkdtemp(prefix="fairlane-s3-"))
+        ports: dict[str, int] = {}
+        while len(set(ports.values())) < len(embedded_seaweedfs.PORT_FLAGS):
+            ports = {flag: _free_port() for flag in embedded_seaweedfs.PORT_FLAGS}
+        server, proc = embedded_seaweedfs.spawn(data_dir, ports)
+        SEAWEEDFS.update(server=server, proc=proc)
+        atexit.register(lambda: (proc.kill(), proc.wait()))
+    return SEAWEEDFS["server"]

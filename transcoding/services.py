@@ -1,5 +1,6 @@
-"""Transcode one job: probe, run the pipeline for its kind in a private work
-directory, publish the outputs atomically. Claiming, leases, retries and
+"""Transcode one job: copy its input to a private scratch folder, probe, run
+the pipeline for its kind there, upload the outputs under the attempt's
+own prefix; the database transition publishes them. Claiming, leases, retries and
 failures are uploads/attempts.py's: a media error (MediaError) fails the job
 with its code and touches nothing else.
 """
@@ -7,14 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
-import tempfile
 import time
 from pathlib import Path
 
 from django.conf import settings
 
+import media
 from transcoding import ladder, pipelines
 from transcoding.probe import Probe, probe_file
 from uploads import services as job_services
@@ -53,17 +53,26 @@ def _poison_check(src: Path) -> None:
 
 
 def transcode(attempt: Attempt) -> list[OutputFile]:
-    """The work of one attempt (uploads/attempts.py runs it): probe, check
-    the limits, run the pipeline for the kind in a private work directory,
-    and move the outputs into the attempt's own folder in one rename."""
+    """The work of one attempt (uploads/attempts.py runs it): copy the input
+    into the attempt's scratch folder, probe, check the limits, run the
+    pipeline for the kind there, and upload what it made under the
+    attempt's own prefix. Publishing is the database transition's
+    (job_succeed); the scratch folder goes on every way out.
+
+    The input is copied whole rather than read by ffmpeg through a
+    presigned URL: the probe and the ladder read it several times (and seek
+    for the poster), a copy is bounded by the upload limit and fetched in
+    parallel ranges, and ffmpeg keeps to the `file` protocol, never the
+    network."""
     job, job_id = attempt.job, str(attempt.job.id)
     started = time.monotonic()
-    src = Path(job.upload.file.path)
-    _poison_check(src)
-    work_root = Path(settings.MEDIA_ROOT) / "tmp"
-    work_root.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix=f"{job_id}-", dir=work_root))  # mode 0700
-    try:
+    with media.attempt_scratch(job_id=job_id, attempt=attempt.number) as scratch:
+        src = scratch / "input"
+        media.fetch(job.upload.file.name, src, read_only=True)
+        fetched = time.monotonic()
+        _poison_check(src)
+        workdir = scratch / "out"
+        workdir.mkdir()
         probe = probe_file(src)  # also refuses media above the size and duration limits
         job_services.job_probe_record(job_id=job_id, kind=probe.kind, media_info=probe.as_json(),
                                       cost_estimate=cost_estimate(probe))
@@ -71,24 +80,15 @@ def transcode(attempt: Attempt) -> list[OutputFile]:
         # longer this attempt's (canceled, handed back, taken over) it
         # raises, which kills ffmpeg's process group (transcoding/ffmpeg.py).
         produced = pipelines.PIPELINES[probe.kind](src, workdir, probe, attempt.progress)
-        final = attempt.outputs_dir
-        final.parent.mkdir(parents=True, exist_ok=True)
-        workdir.rename(final)  # atomic on one filesystem: readers see all outputs or none
-        outputs = [
-            OutputFile(
-                name=p.name,
-                path=str((final / p.filename).relative_to(settings.MEDIA_ROOT)),
-                content_type=p.content_type,
-                size=(final / p.filename).stat().st_size,
-                metadata=p.metadata,
-            )
-            for p in produced
-        ]
-        log.info("job %s transcoded: %s, %d outputs in %.2f s", job_id, probe.kind, len(outputs),
-                 time.monotonic() - started)
+        encoded = time.monotonic()
+        attempt.progress(99)  # still ours? then upload (a replaced attempt stops here)
+        prefix = attempt.outputs_prefix
+        sizes = media.put_tree(workdir, prefix)
+        outputs = [OutputFile(name=p.name, path=prefix + p.filename, content_type=p.content_type,
+                              size=sizes[p.filename], metadata=p.metadata) for p in produced]
+        log.info("job %s transcoded: %s, %d outputs in %.2f s (fetch %.3f s, upload %.3f s)", job_id, probe.kind,
+                 len(outputs), time.monotonic() - started, fetched - started, time.monotonic() - encoded)
         return outputs
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def job_transcode(*, job_id: str, hostname: str = "", soft_limit_s: float | None = None,

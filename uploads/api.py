@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from uploads import estimates, selectors, services
+from uploads import estimates, selectors, services, upload_limits
 from uploads.api_schema import errors
 from uploads.delivery import output_url
 from uploads.errors import ApplicationError
@@ -159,6 +159,17 @@ class UploadListCreateApi(ListAPIView):
 
     serializer_class = UploadSerializer
     parser_classes = [MultiPartParser]
+
+    def dispatch(self, request, *args, **kwargs):
+        try:
+            return super().dispatch(request, *args, **kwargs)
+        finally:
+            upload_limits.release(request)
+
+    def initial(self, request: Request, *args, **kwargs) -> None:
+        # Before authentication: a session's CSRF check may read the body.
+        request._request.upload_handlers = [upload_limits.LimitedUploadHandler(request._request)]
+        super().initial(request, *args, **kwargs)
 
     def get_queryset(self):
         return selectors.uploads_for_user(user=self.request.user, batch=_uuid_param(self.request, "batch"))

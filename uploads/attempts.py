@@ -33,11 +33,9 @@ from __future__ import annotations
 import logging
 import os
 import random
-import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
@@ -45,6 +43,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
 
 import dispatcher
+import media
 from project import metrics
 from project.dbclock import Now, db_now
 from project.lanes import Lane
@@ -78,10 +77,11 @@ class Attempt:
     _lost: threading.Event = field(default_factory=threading.Event)
 
     @property
-    def outputs_dir(self) -> Path:
-        """Where this attempt publishes: one folder per attempt, so a replaced
-        attempt that still finishes can never overwrite the live one's files."""
-        return Path(settings.MEDIA_ROOT) / "outputs" / str(self.job.id) / str(self.number)
+    def outputs_prefix(self) -> str:
+        """Where this attempt stores its outputs: one prefix per attempt, so a
+        replaced attempt that still finishes can never overwrite the live
+        one's objects."""
+        return media.outputs_prefix(job_id=str(self.job.id), attempt=self.number)
 
     def progress(self, percent: int, *, checkpoint: dict | None = None) -> None:
         """Record progress (and a checkpoint to resume from); raises
@@ -251,8 +251,22 @@ def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work) -> 
                           message="Processing failed because of an internal error; it has been logged.")
         return None
     finally:
-        if not published:
-            shutil.rmtree(attempt.outputs_dir, ignore_errors=True)
+        _outputs_tidy(job_id, attempt, published)
+
+
+def _outputs_tidy(job_id: str, attempt: Attempt, published: bool) -> None:
+    """An attempt that did not publish deletes what it stored. The one that
+    did deletes what earlier attempts left (a process killed after
+    uploading, before publishing, cannot clean up after itself); a replaced
+    attempt still running cleans up its own when it stops. A failure here
+    leaves orphans, never an error in the job."""
+    try:
+        if published:
+            media.delete_prefix(media.job_prefix(job_id=job_id), keep=attempt.outputs_prefix)
+        else:
+            media.delete_prefix(attempt.outputs_prefix)
+    except Exception:
+        log.exception("job %s attempt %d: could not delete stored objects", job_id, attempt.number)
 
 
 def _on_soft_time_limit(job_id: str, number: int, soft_limit_s: float | None) -> str | None:
@@ -318,7 +332,9 @@ def job_worker_lost(*, job_id: str, reason: str) -> None:
     `job_id` died (reason "lost": SIGKILL, OOM, a crash) or was killed at its
     hard time limit ("timeout"). Celery has acknowledged the message (we run
     with reject_on_worker_lost off: the attempt count, not Celery, decides
-    whether the job runs again)."""
+    whether the job runs again). The dead child's scratch folder goes now,
+    not at the next worker start."""
+    media.scratch_sweep()
     job = Job.objects.filter(id=job_id).first()
     if job is None or job.status in Job.TERMINAL:
         dispatcher.finish(services.job_task_name(job) if job else services.TRANSCODE_TASK, job_id)

@@ -14,11 +14,13 @@ from django.utils import timezone
 
 from project import plans
 
+import media
+
 
 def upload_path(instance: "Upload", filename: str) -> str:
-    # The client's filename never reaches the disk: a generated name under a
-    # per-user folder, so nothing about the path is guessable or injectable.
-    return f"uploads/{instance.owner_id}/{uuid.uuid4().hex}"
+    # The client's filename never reaches the store: a generated key under a
+    # per-user prefix, so nothing about it is guessable or injectable.
+    return media.upload_key(owner_id=instance.owner_id)
 
 
 class Profile(models.Model):

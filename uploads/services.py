@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import posixpath
 import signal
 import uuid
 from collections.abc import Iterable
@@ -20,12 +19,13 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 import dispatcher
+import media
 from dispatcher import KeyPolicy
 from project import logcontext, metrics, plans
 from project.dbclock import db_now
 from project.lanes import Lane
 from uploads.errors import ApplicationError
-from uploads.models import Batch, Job, JobAttempt, Output, Profile, Upload, upload_path
+from uploads.models import Batch, Job, JobAttempt, Output, Profile, Upload
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +38,10 @@ def worker_id() -> str:
 
 @dataclass(frozen=True)
 class OutputFile:
-    """A finished output, already moved to its final place under MEDIA_ROOT."""
+    """A finished output, already stored under its attempt's prefix."""
 
     name: str
-    path: str  # relative to MEDIA_ROOT
+    path: str  # its key in the store (media/)
     content_type: str
     size: int
     metadata: dict
@@ -85,10 +85,10 @@ def uploads_create(
                     size=f.size,
                     client_content_type=(f.content_type or "")[:255],
                 )
-                # The name is known before writing, so that a file that fails
+                # The key is known before writing, so that a file that fails
                 # half-way through is removed too.
-                written.append(upload_path(upload, ""))
-                upload.file.name = upload.file.storage.save(written[-1], f)
+                written.append(media.upload_key(owner_id=owner.pk))
+                upload.file.name = media.save_upload(written[-1], f)
                 upload.save()
                 job = Job(upload=upload, owner=owner, lane=Lane.CPU_TRANSCODE, queued_at=now,
                           scheduled_for=scheduled_for, cost_estimate=cost_estimate_for_size(f.size))
@@ -102,8 +102,8 @@ def uploads_create(
             job_ids = [str(job_id) for job_id in Job.objects.filter(upload__in=uploads).values_list("id", flat=True)]
             dispatcher.after_commit(lambda: _enqueue_committed(job_ids))
     except BaseException:
-        for name in written:  # the rows are rolled back: their files must not linger
-            Upload.file.field.storage.delete(name)
+        for key in written:  # the rows are rolled back: their files must not linger
+            media.delete(key)
         raise
     return uploads
 
@@ -339,6 +339,11 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
             id__in=list(job_ids), status__in=[Job.Status.FAILED, Job.Status.CANCELED]))
         ids = [job.id for job in jobs]
         Output.objects.filter(job_id__in=ids).delete()
+        # Their objects go once the rows are gone (after commit), and only
+        # the attempts made so far: the retry's own attempt may be uploading
+        # by the time this runs.
+        stale = [(str(job.id), job.attempts, job.checkpoint) for job in jobs]
+        transaction.on_commit(lambda: _job_objects_delete(stale))
         # A fresh attempt budget (FAIRLANE_MAX_ATTEMPTS counts from here); the
         # attempt log keeps the history.
         Job.objects.filter(id__in=ids).update(
@@ -349,6 +354,21 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
         dispatcher.after_commit(lambda: jobs_enqueue(job_ids=[str(i) for i in ids]))
     log.info("%s retried %d job(s): %s", actor, len(ids), [str(i) for i in ids])
     return jobs
+
+
+def _job_objects_delete(jobs: list[tuple[str, int, dict]]) -> None:
+    """Delete the stored outputs of the given attempts of each job (and an
+    export's unfinished upload), logging rather than raising: the rows are
+    gone already, and a leftover object is an orphan, not an error."""
+    from exports.services import export_upload_discard
+
+    for job_id, attempts, checkpoint in jobs:
+        try:
+            for number in range(1, attempts + 1):
+                media.delete_prefix(media.outputs_prefix(job_id=job_id, attempt=number))
+            export_upload_discard(job_id=job_id, checkpoint=checkpoint)
+        except Exception:
+            log.exception("could not delete the stored outputs of job %s", job_id)
 
 
 def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
@@ -438,50 +458,25 @@ def _jobs_delete(jobs: list[Job], actor: AbstractBaseUser) -> None:
     """Cancel what is unfinished, delete the rows (outputs and attempts go
     with them) and, after commit, every folder the jobs published into."""
     jobs_cancel(job_ids=[job.id for job in jobs if job.status in UNFINISHED], actor=actor)
-    # An HLS output's file is its master playlist; variants and segments
-    # live beside it, so whole folders go. outputs/<job>/ holds every
-    # attempt's folder (uploads/attempts.py, Attempt.outputs_dir), including
-    # those of attempts replaced or retried since.
-    folders = {f"outputs/{job.id}" for job in jobs}
-    folders |= {posixpath.dirname(name) for name in
-                Output.objects.filter(job__in=jobs).values_list("file", flat=True) if posixpath.dirname(name)}
+    # Every attempt's outputs (outputs/<job>/, including attempts replaced or
+    # retried since) and an export's ZIP and checkpoints (exports/<job>/).
+    prefixes = sorted({p for job in jobs for p in (media.job_prefix(job_id=str(job.id)),
+                                                   media.exports_prefix(job_id=str(job.id)))})
     Job.objects.filter(id__in=[job.id for job in jobs]).delete()
-    transaction.on_commit(lambda: media_delete(folders=sorted(folders)))
+    transaction.on_commit(lambda: media_delete(prefixes=prefixes))
 
 
-def media_delete(*, files: Iterable[str] = (), folders: Iterable[str] = ()) -> list[str]:
-    """Delete stored files, and folders with everything under them, through
-    Django's storage API, so it works on whatever backend is configured: on
-    disk a folder, in object storage a key prefix (whose `listdir` lists it).
-    Best effort after the rows are gone: returns (and logs) what could not be
-    deleted instead of raising into a request that has already succeeded."""
-    storage = Output._meta.get_field("file").storage
+def media_delete(*, files: Iterable[str] = (), prefixes: Iterable[str] = ()) -> list[str]:
+    """Delete stored objects, and every object under key prefixes, through
+    the storage seam (either backend). Best effort after the rows are gone:
+    returns (and logs) what could not be deleted instead of raising into a
+    request that has already succeeded."""
     failed: list[str] = []
-
-    def remove(name: str) -> None:
+    for key, delete in [*((f, media.delete) for f in files), *((p, media.delete_prefix) for p in prefixes)]:
         try:
-            storage.delete(name)
+            delete(key)
         except Exception:  # noqa: BLE001 - any backend's error: keep going, report below
-            failed.append(name)
-
-    def remove_tree(folder: str) -> None:
-        try:
-            subfolders, names = storage.listdir(folder)
-        except FileNotFoundError:
-            return  # never written (a job that did not get to publish)
-        except Exception:  # noqa: BLE001
-            failed.append(folder)
-            return
-        for sub in subfolders:
-            remove_tree(f"{folder}/{sub}")
-        for name in names:
-            remove(f"{folder}/{name}")
-        remove(folder)  # the emptied folder on disk; nothing to do for a key prefix
-
-    for name in files:
-        remove(name)
-    for folder in folders:
-        remove_tree(folder)
+            failed.append(key)
     if failed:
         log.error("could not delete %d stored file(s) or folder(s): %s", len(failed), failed[:20])
     return failed

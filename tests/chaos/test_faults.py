@@ -25,6 +25,8 @@ import pytest
 from django.conf import settings
 from django.db import OperationalError, connection
 
+import media as media_store  # `media` is the fixture of test files
+
 from tests.chaos.conftest import CHAOS_ENV, Cluster
 from tests.media import make_video
 from transcoding.services import FAULT_POISON_MARKER
@@ -156,10 +158,10 @@ def promise_kept(job_ids: list[str], *, expect_failed: dict[str, str] | None = N
         outputs = list(Output.objects.filter(job=job))
         assert outputs
         folders = {Path(o.file.name).parts[:3] for o in outputs}  # outputs/<job>/<attempt>/...
-        published = [p for p in (Path(settings.MEDIA_ROOT) / "outputs" / job_id).iterdir() if any(p.iterdir())]
-        # one publishing attempt (its own folder), and that is the job's last attempt
+        published = stored_attempts(job_id)
+        # one publishing attempt (its own prefix), and that is the job's last attempt
         duplicates += len(published) - 1 + len(folders) - 1
-        assert [p.name for p in published] == [str(job.attempts)]
+        assert published == [str(job.attempts)]
         assert [o.name for o in outputs] == sorted({o.name for o in outputs})
     duplicates += _duplicate_notifications(job_ids)
     assert not lost and duplicates == 0
@@ -201,12 +203,20 @@ def handed_back_after(job_id: str, t_wall: float) -> float:
     return lost.finished_at.timestamp() - t_wall
 
 
-def stalled_attempt_leftovers(job_id: str) -> list[Path]:
-    """What the job's first attempt still has on disk: its work folder and
-    its outputs folder (the attempt that wins publishes in its own)."""
-    media = Path(settings.MEDIA_ROOT)
-    first = media / "outputs" / job_id / "1"
-    return [*media.glob(f"tmp/{job_id}-*"), *([first] if first.exists() and any(first.iterdir()) else [])]
+def stored_attempts(job_id: str) -> list[str]:
+    """The attempts that have objects under the job's outputs prefix, through
+    the storage seam (either backend)."""
+    keys = media_store.list_prefix(media_store.job_prefix(job_id=job_id))
+    return sorted({key.split("/")[2] for key in keys}, key=int)
+
+
+def stalled_attempt_leftovers(job_id: str) -> list[str]:
+    """What the job's first attempt still has: its scratch folder (this
+    host) and its stored outputs (the attempt that wins publishes under its
+    own prefix)."""
+    scratch = Path(settings.FAIRLANE_SCRATCH_DIR)
+    stored = media_store.list_prefix(media_store.outputs_prefix(job_id=job_id, attempt=1))
+    return [*(str(p) for p in scratch.glob(f"{job_id}-a1-*")), *stored]
 
 
 def lease_held(job_id: str, t_fault: float, lease_s: float) -> float:
@@ -429,7 +439,7 @@ def test_an_export_killed_mid_way_resumes_from_its_last_checkpoint(cluster, make
     jobs = post(client, [media["image"]] * 4)
     wait_all_terminal(jobs)
     batch = client.get(f"/api/jobs/{jobs[0]}/").json()["batch"]
-    files = sum(1 for j in jobs for p in (Path(settings.MEDIA_ROOT) / "outputs" / j).rglob("*") if p.is_file())
+    files = sum(len(media_store.list_prefix(media_store.job_prefix(job_id=j))) for j in jobs)
     assert files > 8  # more than the two chunks of 4 the first attempt writes before it dies
 
     resp = client.post("/api/exports/", {"batch": batch}, format="json")
@@ -442,7 +452,9 @@ def test_an_export_killed_mid_way_resumes_from_its_last_checkpoint(cluster, make
     assert list(export.attempt_log.values_list("outcome", flat=True)) == ["lost", "succeeded"]
     zip_output = export.outputs.get(name="zip")
     assert zip_output.metadata == {"entries": files, "resumed_from_entry": 8}
-    with zipfile.ZipFile(Path(settings.MEDIA_ROOT) / zip_output.file.name) as zf:
+    local = cluster.log_dir / "export.zip"
+    media_store.fetch(zip_output.file.name, local)
+    with zipfile.ZipFile(local) as zf:
         assert zf.testzip() is None and len(zf.namelist()) == files == len(set(zf.namelist()))
     other = make_user("stranger")
     assert api_client_for(other).post("/api/exports/", {"batch": batch}, format="json").status_code == 404

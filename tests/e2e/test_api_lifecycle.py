@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 
+import media
 from tests.media import make_video
 from uploads.models import Batch, Job, Output, Upload
 
@@ -26,10 +25,6 @@ def wait_for_status(client, url: str, wanted: str, timeout_s: float = 120.0) -> 
             return body
         assert time.monotonic() < deadline, f"still {body['status']} after {timeout_s}s: {body}"
         time.sleep(0.2)
-
-
-def stored_files(under: Path) -> list[Path]:
-    return [p for p in under.rglob("*") if p.is_file()] if under.exists() else []
 
 
 def test_upload_watch_cancel_retry_and_delete_through_the_api(workers, make_user, api_client_for, tmp_path):
@@ -66,16 +61,16 @@ def test_upload_watch_cancel_retry_and_delete_through_the_api(workers, make_user
     assert job["attempts"] == 2 and {"hls", "mp4"} <= {o["name"] for o in job["outputs"]}
     assert client.get(now["batch_url"]).json()["progress"] == 100
 
-    media = Path(settings.MEDIA_ROOT)
-    outputs = media / "outputs" / job["id"]
-    hls = Output.objects.get(job_id=job["id"], name="hls")
-    assert len(stored_files(media / Path(hls.file.name).parent)) > 2  # playlists and segments
-    assert (outputs / "1").is_dir() and (outputs / "2").is_dir()  # the first run's files are still there
-    upload_files = [media / name for name in Upload.objects.values_list("file", flat=True)]
-    assert len(upload_files) == 2 and all(f.is_file() for f in upload_files)
+    job_prefix = media.job_prefix(job_id=job["id"])
+    stored = media.list_prefix(job_prefix)
+    assert {key.split("/")[2] for key in stored} == {"2"}  # the retry's objects; the first run's went with it
+    hls_folder = Output.objects.get(job_id=job["id"], name="hls").file.name.rsplit("/", 1)[0] + "/"
+    assert len([key for key in stored if key.startswith(hls_folder)]) > 2  # playlists and segments
+    upload_keys = list(Upload.objects.values_list("file", flat=True))
+    assert len(upload_keys) == 2 and all(media.exists(key) for key in upload_keys)
 
     assert client.delete(f"/api/uploads/{upload['id']}/").status_code == 204
     assert client.delete(f"/api/batches/{waiting['batch']}/").status_code == 204
-    assert stored_files(outputs) == [] and not any(f.exists() for f in upload_files)
+    assert media.list_prefix(job_prefix) == {} and not any(media.exists(key) for key in upload_keys)
     assert not Upload.objects.exists() and not Job.objects.exists() and not Batch.objects.exists()
     assert client.get(job_url).status_code == 404 and client.get(now["batch_url"]).status_code == 404

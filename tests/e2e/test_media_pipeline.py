@@ -7,16 +7,16 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.e2e.test_upload_slice import post_files, wait_terminal
+from tests.e2e.test_upload_slice import download, post_files, wait_terminal
 from tests.media import make_video, video_facts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def _download(client, output: dict, to: Path) -> Path:
-    resp = client.get(output["url"])
-    assert resp.status_code == 200 and resp["Content-Type"] == output["content_type"]
-    to.write_bytes(b"".join(resp.streaming_content))
+    body, content_type = download(client, output["url"])
+    assert content_type == output["content_type"]
+    to.write_bytes(body)
     return to
 
 

@@ -95,6 +95,7 @@ def test_canceling_a_running_job_stops_ffmpeg_and_leaves_nothing_behind(workers,
     import subprocess
     from pathlib import Path
 
+    import media
     from uploads import services
 
     user = make_user("impatient")
@@ -107,18 +108,18 @@ def test_canceling_a_running_job_stops_ffmpeg_and_leaves_nothing_behind(workers,
         assert time.monotonic() < deadline, "the job never started making progress"
         time.sleep(0.1)
     assert services.jobs_cancel(job_ids=[job_id], actor=user)
-    media = Path(settings.MEDIA_ROOT)
+    scratch = Path(settings.FAIRLANE_SCRATCH_DIR)
 
     def ffmpeg_running() -> bool:
-        return subprocess.run(["pgrep", "-f", f"tmp/{job_id}-"], capture_output=True).returncode == 0
+        return subprocess.run(["pgrep", "-f", f"{scratch}/{job_id}-a"], capture_output=True).returncode == 0
 
     # Progress is reported about once a second, and that is where the worker
     # notices; the bound is generous for a loaded machine, and what shows the
     # encode was cut short is that it never finished (below).
     deadline = time.monotonic() + 20
-    while ffmpeg_running() or any((media / "tmp").glob(f"{job_id}-*")):
-        assert time.monotonic() < deadline, "ffmpeg or its work directory outlived the cancel"
+    while ffmpeg_running() or any(scratch.glob(f"{job_id}-a*")):
+        assert time.monotonic() < deadline, "ffmpeg or its scratch folder outlived the cancel"
         time.sleep(0.2)
     job = Job.objects.get(id=job_id)
     assert job.status == "canceled" and job.error_code == "canceled" and job.progress < 100
-    assert not (media / "outputs" / job_id).exists() and not job.outputs.exists()
+    assert media.list_prefix(media.job_prefix(job_id=job_id)) == {} and not job.outputs.exists()

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from django.core.files import File
 
+import media
+
 from project.lanes import Lane
 from transcoding import pipelines, tasks
 from transcoding.probe import probe_file
@@ -34,11 +36,13 @@ class JobRunner:
     """Uploads a file for one user and runs its `transcoding.job_run` task
     here, as a worker would after the dispatcher released it."""
 
-    def __init__(self, owner, media_root: Path):
+    def __init__(self, owner, media_root: Path, scratch: Path):
         self.owner = owner
         self.media_root = media_root
-        # Where uploads.models.upload_path stores this user's files: what a
-        # relative reference inside an uploaded file would be resolved against.
+        self.scratch = scratch
+        self.job_ids: list[str] = []
+        # Where FileSystemStorage stores this user's uploads: bait is put
+        # here, beside the stored file.
         self.folder = media_root / "uploads" / str(owner.id)
         self.folder.mkdir(parents=True)
 
@@ -47,20 +51,33 @@ class JobRunner:
         with open(src, "rb") as fh:
             upload.file.save("upload", File(fh), save=True)
         job = Job.objects.create(upload=upload, owner=self.owner, lane=Lane.CPU_TRANSCODE)
+        self.job_ids.append(str(job.id))
         tasks.job_run.apply(args=[str(job.id)]).get()
         job.refresh_from_db()
         return job
 
-    def leftovers(self) -> list[Path]:
-        """Work directories and outputs on disk (a failed job leaves none)."""
-        return [p for sub in ("tmp", "outputs") for p in (self.media_root / sub).glob("*")]
+    def leftovers(self) -> list[str]:
+        """Scratch folders and stored outputs of the jobs it ran (a failed
+        job leaves none)."""
+        stored = [key for job_id in self.job_ids for key in media.list_prefix(media.job_prefix(job_id=job_id))]
+        return [str(p) for p in self.scratch.glob("*")] + stored
+
+    def outputs(self, job: Job, tmp_path: Path) -> list[Path]:
+        """Local copies of every object the job published."""
+        copies = []
+        for key in media.list_prefix(media.job_prefix(job_id=str(job.id))):
+            copies.append(tmp_path / "copies" / key)
+            copies[-1].parent.mkdir(parents=True, exist_ok=True)
+            media.fetch(key, copies[-1])
+        return copies
 
 
 @pytest.fixture
 def run_job(make_user, settings, tmp_path: Path) -> JobRunner:
     settings.MEDIA_ROOT = tmp_path / "media"
+    settings.FAIRLANE_SCRATCH_DIR = tmp_path / "scratch"
     # The job runs inside the test's transaction, which the lease keeper's own
     # connection cannot see: a renewal would find no running job and mark the
     # attempt lost. One lease covers the whole run, whatever the machine's load.
     settings.FAIRLANE_JOB_LEASE_S = 3600
-    return JobRunner(make_user("uploader"), settings.MEDIA_ROOT)
+    return JobRunner(make_user("uploader"), settings.MEDIA_ROOT, settings.FAIRLANE_SCRATCH_DIR)

@@ -33,3 +33,13 @@ def test_a_pdf_gives_a_first_page_thumbnail_and_its_page_count(transcode, tmp_pa
     assert produced.metadata["pages"] == 3
     with Image.open(path) as thumb:
         assert thumb.size == (240, 320) and thumb.getpixel((100, 100))[0] > 240
+
+
+def test_a_job_that_succeeds_leaves_its_outputs_stored_and_no_scratch(run_job, tmp_path: Path):
+    src = tmp_path / "tone.wav"
+    ffmpeg("-f", "lavfi", "-i", "sine=duration=1", str(src))
+    job = run_job(src)
+    assert job.status == "succeeded", job.error_message
+    stored = run_job.leftovers()
+    assert sorted(stored) == sorted(o.file.name for o in job.outputs.all())  # outputs only: scratch is gone
+    assert all(key.startswith(f"outputs/{job.id}/1/") for key in stored)

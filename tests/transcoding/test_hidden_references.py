@@ -11,6 +11,8 @@ from pathlib import Path
 import av
 import pytest
 
+import media
+
 from tests.media import (
     FFMPEG, Tripwire, avi_with_gab2_subtitle, bait_playlist, make_video, video_facts, with_external_track,
 )
@@ -74,7 +76,8 @@ def test_a_reference_movie_fails_and_the_file_it_names_is_never_opened(run_job, 
     movie = with_external_track(make_video(tmp_path / "clip.mp4"), tmp_path / "reference.mov", tripwire.path)
     job = run_job(movie)
     assert (job.status, job.error_code, job.attempts) == ("failed", "external_reference", 1)
-    stored = Path(job.upload.file.path)
+    stored = run_job.folder / "stored.mov"  # where a relative reference points
+    media.fetch(job.upload.file.name, stored)
     with pytest.raises(MediaError):  # ffmpeg itself, past the probe: the references stay closed
         ffmpeg.run([*ffmpeg.input_args(stored, "mov"), "-map", "0", "-f", "null", "-"], duration_s=1.0)
     assert tripwire.touched == []
@@ -122,12 +125,12 @@ def test_a_playlist_hidden_inside_a_container_is_never_followed_nor_copied(run_j
     job = run_job(src)
     assert job.status == "succeeded", job.error_message
     assert tripwire.touched == []
-    outputs = [p for p in (run_job.media_root / "outputs" / str(job.id)).rglob("*") if p.is_file()]
+    outputs = run_job.outputs(job, tmp_path)
     assert outputs
     for output in outputs:
         content = output.read_bytes()
         assert str(tripwire.path).encode() not in content and Tripwire.MARKER not in content, output
-    mp4 = run_job.media_root / job.outputs.get(name="mp4").file.name
+    mp4 = tmp_path / "copies" / job.outputs.get(name="mp4").file.name
     facts = video_facts(mp4)
     assert (facts["video_codec"], facts["pix_fmt"]) == ("h264", "yuv420p")
     with av.open(str(mp4)) as container:

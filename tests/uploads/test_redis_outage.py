@@ -14,6 +14,7 @@ from django.utils import timezone
 from PIL import Image
 
 import dispatcher
+import media
 from notify import services as notify_services
 from project.lanes import Lane
 from tests.workers import lane_paused
@@ -74,14 +75,16 @@ def test_an_upload_accepted_while_redis_is_down_is_published_once_it_is_back(out
     assert services.jobs_reconcile() == 0
 
 
-def test_a_job_that_ends_while_redis_is_down_keeps_its_outputs_and_is_notified_later(outage, make_user):
+def test_a_job_that_ends_while_redis_is_down_keeps_its_outputs_and_is_notified_later(outage, make_user, tmp_path):
     owner = make_user("alice")
     upload = Upload.objects.create(owner=owner, batch=uuid.uuid4(), filename="a.mp4", file="x", size=1)
     job = Job.objects.create(upload=upload, owner=owner, lane="cpu-transcode", queued_at=timezone.now())
 
     def work(attempt: attempts.Attempt) -> list[services.OutputFile]:
-        attempt.outputs_dir.mkdir(parents=True)
-        (attempt.outputs_dir / "a.txt").write_text("done")
+        made = tmp_path / "made"
+        made.mkdir()
+        (made / "a.txt").write_text("done")
+        media.put_tree(made, attempt.outputs_prefix)
         outage.begin()  # Redis goes away while the job is publishing
         return [services.OutputFile(name="a", path=f"outputs/{job.id}/{attempt.number}/a.txt",
                                     content_type="text/plain", size=4, metadata={})]
@@ -89,7 +92,7 @@ def test_a_job_that_ends_while_redis_is_down_keeps_its_outputs_and_is_notified_l
     assert attempts.job_attempt_run(job_id=str(job.id), hostname="", soft_limit_s=None, work=work) is None
     job.refresh_from_db()
     assert job.status == "succeeded" and job.notify_pending
-    assert job.outputs.get().file.storage.exists(f"outputs/{job.id}/1/a.txt")  # published, and kept
+    assert media.exists(f"outputs/{job.id}/1/a.txt")  # published, and kept
 
     outage.end()
     task_id = f"notify-job-{job.id}-succeeded"

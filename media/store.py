@@ -1,0 +1,253 @@
+"""Objects in the store: put, fetch, list, delete, presign.
+
+Two backends behind one interface, chosen by STORAGES["default"]:
+
+- FileSystemStorage: keys are files under MEDIA_ROOT. A scratch file is
+  moved into place (a rename on one filesystem), not copied.
+- S3Storage: keys are objects. Transfers use boto3's managed transfers
+  (multipart above 8 MiB, ranged parallel downloads), so no file is ever
+  held in memory; the low-level client comes from the storage's own
+  connection and is made per process (`reset_clients` after a fork).
+
+Presigned URLs come from a second storage (STORAGES["public"]) whose
+endpoint is the name browsers reach: SigV4 signs the Host header, so the
+URL must be signed for that name, never rewritten afterwards.
+"""
+from __future__ import annotations
+
+import logging
+import mimetypes
+import os
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from django.conf import settings
+from django.core.files import File
+from django.core.files.storage import Storage, storages
+
+log = logging.getLogger(__name__)
+
+# Content types by suffix, for what Fairlane itself writes (mimetypes does
+# not know the HLS ones everywhere).
+CONTENT_TYPES = {
+    ".m3u8": "application/vnd.apple.mpegurl",
+    ".ts": "video/mp2t",
+    ".m4s": "video/iso.segment",
+    ".mp4": "video/mp4",
+    ".m4a": "audio/mp4",
+    ".aac": "audio/aac",
+    ".webp": "image/webp",
+    ".jpg": "image/jpeg",
+    ".png": "image/png",
+    ".zip": "application/zip",
+}
+# Parallel uploads of one attempt's outputs (an HLS ladder is dozens of
+# segments): enough to hide per-request latency, few enough not to crowd
+# the worker's CPU that the next ffmpeg needs.
+UPLOAD_THREADS = 4
+
+
+def storage() -> Storage:
+    return storages["default"]
+
+
+def uses_object_storage() -> bool:
+    return settings.FAIRLANE_STORAGE == "s3"
+
+
+def _client():
+    """The S3 client of this process (thread-safe; one per process)."""
+    return storage().connection.meta.client
+
+
+def _bucket() -> str:
+    return storage().bucket_name
+
+
+def reset_clients() -> None:
+    """Forget every boto3 client this process holds (called in each prefork
+    child after the fork): the next use builds new ones, so no child shares
+    its parent's sockets or locks."""
+    from storages.backends.s3 import S3Storage
+
+    for backend in list(getattr(storages, "_storages", {}).values()):
+        if isinstance(backend, S3Storage):
+            backend.__setstate__(backend.__getstate__())
+
+
+def content_type_for(name: str) -> str:
+    suffix = Path(name).suffix.lower()
+    return CONTENT_TYPES.get(suffix) or mimetypes.guess_type(name)[0] or "application/octet-stream"
+
+
+def _cache_control(name: str) -> str:
+    # Keys are never reused, so an object never changes: cache it. Playlists
+    # are served rewritten by the web (uploads/delivery.py), never directly.
+    return "no-store" if name.endswith(".m3u8") else "private, max-age=86400, immutable"
+
+
+def _local_path(key: str) -> Path:
+    """FileSystemStorage only: the file behind a key."""
+    return Path(storage().path(key))
+
+
+class _ScratchFile(File):
+    """A finished scratch file: FileSystemStorage moves it into place (it
+    looks for temporary_file_path) instead of copying it."""
+
+    def temporary_file_path(self) -> str:
+        return self.name
+
+
+def put_file(local: Path, key: str, *, consume: bool = False, client=None) -> int:
+    """Store a local file under `key`; returns its size. With `consume`
+    the local file is not needed any more (FileSystemStorage may move it).
+    `client`: the caller's S3 client, for calls from other threads (the
+    storage's own connection is per thread, and building one per thread
+    costs a session each)."""
+    size = local.stat().st_size
+    if uses_object_storage():
+        (client or _client()).upload_file(str(local), _bucket(), key, ExtraArgs={
+            "ContentType": content_type_for(key), "CacheControl": _cache_control(key)})
+        return size
+    with open(local, "rb") as fh:
+        saved = storage().save(key, _ScratchFile(fh, name=str(local)) if consume else File(fh))
+    if saved != key:  # keys are never reused: a clash is a bug, not a rename
+        storage().delete(saved)
+        raise FileExistsError(f"object {key} exists already")
+    return size
+
+
+def put_tree(local_dir: Path, prefix: str) -> dict[str, int]:
+    """Upload every file under `local_dir` to `prefix` + its relative path
+    (consuming them); returns {relative path: size}. Playlists go last, so that whoever lists
+    the prefix never finds a playlist naming a segment that is not there
+    yet (publishing is still the database transition's job)."""
+    files = sorted(p for p in local_dir.rglob("*") if p.is_file())
+    rel = {p: p.relative_to(local_dir).as_posix() for p in files}
+    first = [p for p in files if p.suffix != ".m3u8"]
+    last = [p for p in files if p.suffix == ".m3u8"]
+    sizes: dict[str, int] = {}
+    client = _client() if uses_object_storage() else None  # thread-safe: one for every upload thread
+    with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
+        for batch in (first, last):
+            uploads = pool.map(lambda p: put_file(p, prefix + rel[p], consume=True, client=client), batch)
+            for path, size in zip(batch, uploads):
+                sizes[rel[path]] = size
+    return sizes
+
+
+def save_upload(key: str, content: File) -> str:
+    """Store an uploaded file (a request's temporary file) under `key`.
+    S3Storage streams it with a managed transfer (multipart above 8 MiB)."""
+    saved = storage().save(key, content)
+    if saved != key:
+        storage().delete(saved)
+        raise FileExistsError(f"object {key} exists already")
+    return saved
+
+
+def fetch(key: str, dest: Path, *, read_only: bool = False) -> None:
+    """Copy an object to a local file (a worker's scratch folder). A
+    `read_only` copy (an input nobody writes to) may be a hard link to the
+    stored file with FileSystemStorage: free on one filesystem."""
+    if uses_object_storage():
+        _client().download_file(_bucket(), key, str(dest))
+        return
+    source = _local_path(key)
+    if read_only:
+        try:
+            os.link(source, dest)
+            return
+        except OSError:
+            pass
+    shutil.copyfile(source, dest)
+
+
+@contextmanager
+def open_stream(key: str) -> Iterator[BinaryIO]:
+    """A forward-only reader of an object, nothing buffered beyond a chunk."""
+    if uses_object_storage():
+        body = _client().get_object(Bucket=_bucket(), Key=key)["Body"]
+        try:
+            yield body
+        finally:
+            body.close()
+        return
+    with open(_local_path(key), "rb") as fh:
+        yield fh
+
+
+def open_file(key: str) -> File:
+    """An object as an open Django File (FileSystemStorage: the file
+    itself, for the web to stream; S3: spooled to disk past 8 MiB)."""
+    return storage().open(key, "rb")
+
+
+def read_bytes(key: str) -> bytes:
+    """A small object's content (a playlist)."""
+    with open_stream(key) as fh:
+        return fh.read()
+
+
+def exists(key: str) -> bool:
+    return storage().exists(key)
+
+
+def list_prefix(prefix: str) -> dict[str, int]:
+    """{key: size} of every object under `prefix` (which ends with "/")."""
+    if uses_object_storage():
+        found = {}
+        for page in _client().get_paginator("list_objects_v2").paginate(Bucket=_bucket(), Prefix=prefix):
+            found.update({o["Key"]: o["Size"] for o in page.get("Contents", ())})
+        return found
+    root = _local_path(prefix)
+    if not root.is_dir():
+        return {}
+    return {f"{prefix}{p.relative_to(root).as_posix()}": p.stat().st_size for p in root.rglob("*") if p.is_file()}
+
+
+def delete(key: str) -> None:
+    storage().delete(key)
+
+
+def delete_prefix(prefix: str, *, keep: str | None = None) -> int:
+    """Delete every object under `prefix`, except those under `keep`;
+    returns how many."""
+    if not prefix.endswith("/"):
+        raise ValueError(f"a prefix ends with '/': {prefix!r}")
+    keys = [k for k in list_prefix(prefix) if keep is None or not k.startswith(keep)]
+    if uses_object_storage():
+        for i in range(0, len(keys), 1000):  # DeleteObjects takes at most 1000 keys
+            _client().delete_objects(Bucket=_bucket(), Delete={
+                "Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+        return len(keys)
+    for key in keys:
+        storage().delete(key)
+    root = _local_path(prefix)
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    if root.is_dir() and not any(root.iterdir()):
+        root.rmdir()
+    return len(keys)
+
+
+def presigned_url(key: str, *, expires_s: int, content_type: str | None = None,
+                  download_name: str | None = None) -> str | None:
+    """A URL that lets whoever holds it GET the object directly from the
+    store until it expires; None with FileSystemStorage (the web serves the
+    file itself)."""
+    if not uses_object_storage():
+        return None
+    params = {}
+    if content_type:
+        params["ResponseContentType"] = content_type
+    if download_name:
+        params["ResponseContentDisposition"] = f'attachment; filename="{download_name}"'
+    # At most 7 days: SigV4's limit.
+    return storages["public"].url(key, parameters=params, expire=max(1, min(expires_s, 7 * 24 * 3600)))
