@@ -16,6 +16,7 @@ from media.keys import export_key, exports_prefix, job_prefix, outputs_prefix, u
 from media.multipart import Part, UploadGone, multipart_abort, multipart_begin, multipart_complete, multipart_put
 from media.scratch import attempt_scratch, scratch_sweep
 from media.store import (
+    StorageUnavailable,
     content_type_for,
     delete,
     delete_prefix,
@@ -34,7 +35,7 @@ from media.store import (
 )
 
 __all__ = [
-    "Part", "UploadGone", "attempt_scratch", "content_type_for", "delete", "delete_prefix", "exists", "export_key",
+    "Part", "StorageUnavailable", "UploadGone", "attempt_scratch", "content_type_for", "delete", "delete_prefix", "exists", "export_key",
     "exports_prefix", "fetch", "job_prefix", "list_prefix", "multipart_abort", "multipart_begin",
     "multipart_complete", "multipart_put", "open_file", "open_stream", "outputs_prefix", "presigned_url", "put_file", "put_tree",
     "read_bytes", "reset_clients", "save_upload", "scratch_sweep", "upload_key", "uses_object_storage",

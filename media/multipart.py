@@ -20,7 +20,15 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from media.store import _bucket, _cache_control, _client, _local_path, content_type_for, uses_object_storage
+from media.store import (
+    _bucket,
+    _cache_control,
+    _client,
+    _local_path,
+    content_type_for,
+    store_call,
+    uses_object_storage,
+)
 
 _STAGING = ".multipart"
 
@@ -51,6 +59,7 @@ def _s3_gone(exc: Exception) -> bool:
     return isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in {"NoSuchUpload", "404"}
 
 
+@store_call
 def multipart_begin(key: str) -> str:
     """Start assembling `key`; returns the upload id."""
     if uses_object_storage():
@@ -62,6 +71,7 @@ def multipart_begin(key: str) -> str:
     return upload_id
 
 
+@store_call
 def multipart_put(key: str, upload_id: str, number: int, local: Path) -> Part:
     """Upload part `number` from a local file; raises UploadGone when the
     upload was completed or aborted meanwhile."""
@@ -88,6 +98,7 @@ def multipart_put(key: str, upload_id: str, number: int, local: Path) -> Part:
     return Part(number, f'"{digest.hexdigest()}"', size)
 
 
+@store_call
 def multipart_complete(key: str, upload_id: str, parts: list[Part]) -> None:
     """Make `key` the concatenation of `parts` (in order), atomically."""
     if uses_object_storage():
@@ -116,6 +127,7 @@ def multipart_complete(key: str, upload_id: str, parts: list[Part]) -> None:
     shutil.rmtree(staging, ignore_errors=True)
 
 
+@store_call
 def multipart_abort(key: str, upload_id: str) -> None:
     """Drop an upload and its parts (nothing happens when it is gone)."""
     if uses_object_storage():

@@ -15,6 +15,7 @@ URL must be signed for that name, never rewritten afterwards.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import mimetypes
 import os
@@ -49,6 +50,43 @@ CONTENT_TYPES = {
 # segments): enough to hide per-request latency, few enough not to crowd
 # the worker's CPU that the next ffmpeg needs.
 UPLOAD_THREADS = 4
+
+
+class StorageUnavailable(OSError):
+    """The store did not answer, or asked us to slow down, even after
+    botocore's own retries (settings: `client_config`). An OSError, so a job
+    attempt that meets it is retried later as a transient error
+    (uploads/attempts.py), and the API answers 503, never a 500."""
+
+
+def _unavailable(exc: Exception) -> bool:
+    """Whether a botocore error means "the store is down or busy" rather
+    than "this request is wrong"."""
+    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
+
+    if isinstance(exc, (ConnectionError, HTTPClientError)):  # refused, reset, timed out
+        return True
+    if isinstance(exc, ClientError):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return status >= 500 or exc.response.get("Error", {}).get("Code") in {"SlowDown", "Throttling",
+                                                                                "RequestTimeout"}
+    return False
+
+
+def store_call(fn):
+    """Decorate a function of the seam that talks to the store: an outage
+    surfaces as StorageUnavailable, whatever the backend raised."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except StorageUnavailable:
+            raise
+        except Exception as exc:
+            if _unavailable(exc):
+                raise StorageUnavailable(f"object storage unavailable ({type(exc).__name__})") from exc
+            raise
+    return wrapper
 
 
 def storage() -> Storage:
@@ -103,6 +141,7 @@ class _ScratchFile(File):
         return self.name
 
 
+@store_call
 def put_file(local: Path, key: str, *, consume: bool = False, client=None) -> int:
     """Store a local file under `key`; returns its size. With `consume`
     the local file is not needed any more (FileSystemStorage may move it).
@@ -122,6 +161,7 @@ def put_file(local: Path, key: str, *, consume: bool = False, client=None) -> in
     return size
 
 
+@store_call
 def put_tree(local_dir: Path, prefix: str) -> dict[str, int]:
     """Upload every file under `local_dir` to `prefix` + its relative path
     (consuming them); returns {relative path: size}. Playlists go last, so that whoever lists
@@ -141,6 +181,7 @@ def put_tree(local_dir: Path, prefix: str) -> dict[str, int]:
     return sizes
 
 
+@store_call
 def save_upload(key: str, content: File) -> str:
     """Store an uploaded file (a request's temporary file) under `key`.
     S3Storage streams it with a managed transfer (multipart above 8 MiB)."""
@@ -151,6 +192,7 @@ def save_upload(key: str, content: File) -> str:
     return saved
 
 
+@store_call
 def fetch(key: str, dest: Path, *, read_only: bool = False) -> None:
     """Copy an object to a local file (a worker's scratch folder). A
     `read_only` copy (an input nobody writes to) may be a hard link to the
@@ -172,7 +214,7 @@ def fetch(key: str, dest: Path, *, read_only: bool = False) -> None:
 def open_stream(key: str) -> Iterator[BinaryIO]:
     """A forward-only reader of an object, nothing buffered beyond a chunk."""
     if uses_object_storage():
-        body = _client().get_object(Bucket=_bucket(), Key=key)["Body"]
+        body = store_call(_client().get_object)(Bucket=_bucket(), Key=key)["Body"]
         try:
             yield body
         finally:
@@ -182,22 +224,26 @@ def open_stream(key: str) -> Iterator[BinaryIO]:
         yield fh
 
 
+@store_call
 def open_file(key: str) -> File:
     """An object as an open Django File (FileSystemStorage: the file
     itself, for the web to stream; S3: spooled to disk past 8 MiB)."""
     return storage().open(key, "rb")
 
 
+@store_call
 def read_bytes(key: str) -> bytes:
     """A small object's content (a playlist)."""
     with open_stream(key) as fh:
         return fh.read()
 
 
+@store_call
 def exists(key: str) -> bool:
     return storage().exists(key)
 
 
+@store_call
 def list_prefix(prefix: str) -> dict[str, int]:
     """{key: size} of every object under `prefix` (which ends with "/")."""
     if uses_object_storage():
@@ -211,10 +257,12 @@ def list_prefix(prefix: str) -> dict[str, int]:
     return {f"{prefix}{p.relative_to(root).as_posix()}": p.stat().st_size for p in root.rglob("*") if p.is_file()}
 
 
+@store_call
 def delete(key: str) -> None:
     storage().delete(key)
 
 
+@store_call
 def delete_prefix(prefix: str, *, keep: str | None = None) -> int:
     """Delete every object under `prefix`, except those under `keep`;
     returns how many."""

@@ -18,6 +18,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+import media
 from uploads.errors import ApplicationError
 
 
@@ -33,6 +34,12 @@ def _request_errors() -> dict[type[Exception], ApplicationError]:
         RequestDataTooBig: ApplicationError(
             "request_too_large", "The request body is larger than this endpoint accepts.",
             status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE),
+        # Not the client's fault, but not a bug either: the store is down or
+        # busy, the request changed nothing (an upload's rows roll back and
+        # what was stored is removed), and the same request may be sent again.
+        media.StorageUnavailable: ApplicationError(
+            "storage_unavailable", "File storage is unavailable at the moment; nothing was stored. "
+            "Try again in a minute.", status_code=status.HTTP_503_SERVICE_UNAVAILABLE),
     }
 
 

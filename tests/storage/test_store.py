@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import uuid
 
 import pytest
@@ -139,3 +140,49 @@ def test_retrying_a_job_deletes_its_stored_outputs(make_user, storage_backend, l
         services.jobs_retry(job_ids=[job_id], actor=user)
     callbacks[0]()  # the deletion (the enqueue after it needs Redis, not this test)
     assert media.list_prefix(media.job_prefix(job_id=job_id)) == {}
+
+
+@pytest.fixture
+def dead_store(settings) -> None:
+    """The S3 backend pointed at an endpoint nobody answers (a store that is
+    down or restarting), with botocore's retries cut short."""
+    from botocore.config import Config
+
+    from project.settings import s3_storages
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{s.getsockname()[1]}"
+    storages = s3_storages({"FAIRLANE_S3_ENDPOINT": endpoint, "FAIRLANE_S3_ACCESS_KEY_ID": "x",
+                            "FAIRLANE_S3_SECRET_ACCESS_KEY": "y"})
+    for conf in storages.values():
+        conf["OPTIONS"]["client_config"] = conf["OPTIONS"]["client_config"].merge(
+            Config(retries={"mode": "standard", "max_attempts": 1}, connect_timeout=1))
+    settings.FAIRLANE_STORAGE = "s3"
+    settings.STORAGES = {**settings.STORAGES, **storages}
+
+
+def test_a_store_that_does_not_answer_is_a_transient_error_not_a_bug(dead_store, tmp_path):
+    """An outage reaches callers as StorageUnavailable, an OSError: a job
+    attempt that meets it is retried later (uploads/attempts.py), never
+    failed as an internal error."""
+    from uploads.attempts import TRANSIENT_ERRORS
+
+    local = tmp_path / "seg.ts"
+    local.write_bytes(b"x" * 100)
+    calls = [lambda: media.put_file(local, "outputs/j/1/seg.ts"), lambda: media.fetch("uploads/1/x", tmp_path / "in"),
+             lambda: media.list_prefix("outputs/j/"), lambda: media.put_tree(tmp_path, "outputs/j/2/"),
+             lambda: media.read_bytes("outputs/j/1/a.m3u8"), lambda: media.multipart_begin("exports/j/t/b.zip")]
+    for call in calls:
+        with pytest.raises(media.StorageUnavailable) as raised:
+            call()
+        assert isinstance(raised.value, TRANSIENT_ERRORS)
+
+
+@pytest.mark.django_db
+def test_an_upload_while_the_store_is_down_answers_503_and_stores_nothing(dead_store, make_user, api_client_for):
+    resp = api_client_for(make_user("alice")).post(
+        "/api/uploads/", {"file": SimpleUploadedFile("a.png", b"\x89PNG" + b"x" * 100)}, format="multipart")
+    assert resp.status_code == 503
+    assert resp.json()["error"]["code"] == "storage_unavailable"
+    assert not Upload.objects.exists() and not Job.objects.exists()
