@@ -25,7 +25,7 @@ test: install
 
 # The fast part only: no real-worker or slow suites.
 test-fast: install
-	$(BIN)/pytest -m "not e2e and not slow and not chaos" -q
+	$(BIN)/pytest -m "not e2e and not slow and not chaos and not multihost" -q
 
 # The property tests with fresh randomness: RUNS seeds (printed), EXAMPLES each.
 # `make test` runs them derandomized; this is the longer, searching run.

@@ -5,7 +5,7 @@ A sweep on one host finds a running attempt whose lease ran out; the attempt
 names the process that ran it (`<host id>:<pid>`). Only the host it ran on
 can tell whether that process is still there: each worker's ticker registers
 its host id with the pids of its processes (main and pool children), renewed
-every WORKER_TTL_S / 3 and expiring after WORKER_TTL_S by Redis's clock (one
+every FAIR_WORKER_TTL_S / 3 and expiring after FAIR_WORKER_TTL_S by Redis's clock (one
 clock for every host). So any sweep can tell three cases apart:
 
 - the host's registration expired: the host is gone (network cut, machine

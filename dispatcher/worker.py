@@ -72,9 +72,6 @@ _threads_lock = threading.Lock()
 _worker_lanes: list[tuple[str, Lane, int]] = []  # (worker name, lane, slots)
 _stop = threading.Event()
 _draining = threading.Event()  # SIGTERM received: no re-registration, no new jobs
-# Worker registrations expire unless renewed: a host that vanishes stops
-# counting toward the window within this many seconds.
-WORKER_TTL_S = 30.0
 # A job's start is reported to the scheduler only once it has run this long:
 # most jobs are shorter, and their finish alone is enough (their release
 # lease covers them meanwhile). Saves a round trip per short job.
@@ -313,8 +310,8 @@ def _register_workers() -> None:
     """Renew this worker's slots in each lane's window and its host's list of
     live processes (dispatcher/hosts.py), both on Redis's clock."""
     for name, lane, slots in _worker_lanes:
-        scheduler(lane).register_worker(name, slots, ttl_s=WORKER_TTL_S)
-    register_host(settings.FAIRLANE_HOST_ID, _worker_lanes[0][0], _own_processes(), ttl_s=WORKER_TTL_S)
+        scheduler(lane).register_worker(name, slots, ttl_s=settings.FAIR_WORKER_TTL_S)
+    register_host(settings.FAIRLANE_HOST_ID, _worker_lanes[0][0], _own_processes(), ttl_s=settings.FAIR_WORKER_TTL_S)
 
 
 def _ticker_loop() -> None:
@@ -325,7 +322,7 @@ def _ticker_loop() -> None:
     while not _stop.is_set():
         try:
             now = time.monotonic()  # intervals only: comparisons of instants are Redis's (one clock)
-            if now - last_register > WORKER_TTL_S / 3 and not _draining.is_set():
+            if now - last_register > settings.FAIR_WORKER_TTL_S / 3 and not _draining.is_set():
                 _register_workers()
                 last_register = now
             if now - last_reconcile >= settings.FAIR_RECONCILE_S:

@@ -24,7 +24,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 import dispatcher
-from dispatcher.worker import WORKER_TTL_S
 from project.lanes import FAIR_LANES
 
 # Seconds. Waits span sub-second (idle lane) to an hour (a big backlog);
@@ -123,7 +122,7 @@ def _gauges(now: float):
         active.add_metric([lane.value], totals["active_keys"])
         window.add_metric([lane.value], totals["window"])
         for name, (_, expires_at) in sorted(sched.live_workers(now=now).items()):
-            age.add_metric([lane.value, name], max(0.0, now - (expires_at - WORKER_TTL_S)))
+            age.add_metric([lane.value, name], max(0.0, now - (expires_at - settings.FAIR_WORKER_TTL_S)))
     yield from (backlog, in_flight, delayed, active, window, age)
 
 

@@ -145,6 +145,8 @@ def s3_storages(env: Mapping[str, str]) -> dict:
     signed for the public name by the "public" storage, whose endpoint is
     that name: SigV4 signs the Host header, so a signed URL's host cannot
     be rewritten afterwards."""
+    from botocore.config import Config
+
     endpoint = env.get("FAIRLANE_S3_ENDPOINT", "")
     if not endpoint:
         raise ImproperlyConfigured("FAIRLANE_STORAGE=s3 needs FAIRLANE_S3_ENDPOINT (e.g. http://s3.internal:8333)")
@@ -154,11 +156,21 @@ def s3_storages(env: Mapping[str, str]) -> dict:
         # Unset: boto3's own chain (AWS_* variables, instance or pod roles).
         "access_key": env.get("FAIRLANE_S3_ACCESS_KEY_ID") or None,
         "secret_key": env.get("FAIRLANE_S3_SECRET_ACCESS_KEY") or None,
-        # Without it this boto3 signs presigned URLs with SigV2.
-        "signature_version": "s3v4",
-        # Bucket in the path: one host name for every bucket (no wildcard DNS
-        # for bucket.host names inside a private network).
-        "addressing_style": "path",
+        # botocore's client settings (django-storages ignores its own
+        # signature_version/addressing_style options when this is given):
+        "client_config": Config(
+            # Without it this boto3 signs presigned URLs with SigV2.
+            signature_version="s3v4",
+            # Bucket in the path: one host name for every bucket (no wildcard
+            # DNS for bucket.host names inside a private network).
+            s3={"addressing_style": "path"},
+            # A store that restarts or sheds load (connection refused, 503
+            # SlowDown) is retried with backoff inside each call, about 8 s in
+            # all; longer outages fail the attempt as transient
+            # (media.StorageUnavailable), and the job is tried again later.
+            retries={"mode": "standard", "max_attempts": 6},
+            connect_timeout=5, read_timeout=60,
+        ),
         # Reads through storage.open() spool to disk past 8 MiB (the default,
         # 0, keeps a whole object in memory).
         "max_memory_size": 8 * 1024 * 1024,
@@ -285,6 +297,14 @@ FAIR_LANES = {
         "run_lease_s": float(os.environ.get("FAIR_RUN_LEASE_S", "30")),
     },
 }
+# Worker registrations (slots in the window, a host's live processes) expire
+# unless renewed every third of this: a host that vanishes stops counting
+# toward the window within it. Shorter than an attempt's lease
+# (FAIRLANE_JOB_LEASE_S, renewed every third of it, so it runs out at least
+# two thirds of it after the last renewal), so that by the time a sweep finds
+# a dead host's lease expired, the host's registration has expired too and
+# the job is counted as lost with its host, not as a crash.
+FAIR_WORKER_TTL_S = float(os.environ.get("FAIR_WORKER_TTL_S", "8"))
 # The workers' ticker reaps expired leases and releases delayed and throttled
 # jobs at most this often (and sooner when the scheduler says something is due).
 FAIR_TICK_S = float(os.environ.get("FAIR_TICK_S", "1.0"))

@@ -33,6 +33,12 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     os.environ.setdefault("FAIRLANE_WEBHOOK_ALLOW_LOOPBACK", "1")
     # Worker scratch folders of this run (the workers inherit it).
     os.environ["FAIRLANE_SCRATCH_DIR"] = str(Path(os.environ["FAIRLANE_VAR_DIR"]) / "scratch")
+    if os.environ.get("FAIRLANE_MULTIHOST") == "1":
+        # The multi-host suite: PostgreSQL, Redis and SeaweedFS of its own on a
+        # bridge that simulated hosts reach (tests/multihost/cluster.py).
+        from tests.multihost.cluster import start_shared
+
+        os.environ.update(start_shared())
     if os.environ.get("FAIRLANE_STORAGE") == "s3" and not os.environ.get("FAIRLANE_S3_ENDPOINT"):
         # The object-storage run: every process of the run (this one, the
         # workers, gunicorn) uses one private SeaweedFS.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import time
@@ -23,19 +22,28 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import OperationalError, connection
+from django.db import connection
 
 import media as media_store  # `media` is the fixture of test files
-
 from tests.chaos.conftest import CHAOS_ENV, Cluster
 from tests.media import make_video
+from tests.promise import (
+    TERMINAL,
+    assert_swept_within_one_turn,
+    attempt_pid,
+    db_retrying,
+    lease_held,
+    post,
+    promise_kept,
+    running_job,
+    submit_batch,
+    wait_all_terminal,
+    wait_for,
+)
 from transcoding.services import FAULT_POISON_MARKER
-from uploads.models import Job, JobAttempt, Output
+from uploads.models import Job, JobAttempt
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
-
-TERMINAL = ("succeeded", "failed", "canceled")
-
 
 # --- media and batches ------------------------------------------------------------
 
@@ -51,17 +59,6 @@ def media(tmp_path_factory) -> dict[str, Path]:
     poison = folder / "poison.mp4"
     poison.write_bytes(FAULT_POISON_MARKER + b"\0" * 1024)
     return {"video": make_video(folder / "clip.mp4", seconds=6, size="640x360"), "image": image, "poison": poison}
-
-
-def post(client, paths: list[Path]) -> list[str]:
-    handles = [open(p, "rb") for p in paths]
-    try:
-        resp = client.post("/api/uploads/", {"file": handles}, format="multipart")
-    finally:
-        for h in handles:
-            h.close()
-    assert resp.status_code == 202, resp.content
-    return [u["job"]["id"] for u in resp.json()["uploads"]]
 
 
 def upload_request(url: str, user, paths: list[Path]) -> urllib.request.Request:
@@ -84,42 +81,7 @@ def post_late_batch(cluster: Cluster, make_user, media) -> list[str]:
         return [u["job"]["id"] for u in json.loads(resp.read())["uploads"]]
 
 
-def submit_batch(make_user, api_client_for, media, *, videos: int = 4, images: int = 2, extra: tuple = ()):
-    """The heavy user's videos (plus `extra` files) and the light user's images."""
-    heavy, light = make_user(f"heavy-{uuid.uuid4().hex[:6]}"), make_user(f"light-{uuid.uuid4().hex[:6]}")
-    heavy_jobs = post(api_client_for(heavy), [media["video"]] * videos + list(extra))
-    light_jobs = post(api_client_for(light), [media["image"]] * images)
-    return heavy_jobs, light_jobs
-
-
 # --- waiting and checking ------------------------------------------------------------
-
-
-def db_retrying(fn, timeout: float = 30.0):
-    """Run an ORM read, reconnecting while the database restarts."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except OperationalError:
-            connection.close()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
-
-
-def wait_for(predicate, timeout: float, what: str, every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = db_retrying(predicate)
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def running_job(job_ids: list[str], *, min_progress: int = 1) -> Job | None:
-    return Job.objects.filter(id__in=job_ids, status="running", progress__gte=min_progress).first()
 
 
 def running_on(worker, job_ids: list[str]) -> Job | None:
@@ -129,68 +91,6 @@ def running_on(worker, job_ids: list[str]) -> Job | None:
         if attempt_pid(job) in children:
             return job
     return None
-
-
-def attempt_pid(job: Job) -> int:
-    worker = JobAttempt.objects.get(job=job, number=job.attempts).worker
-    return int(worker.rsplit(":", 1)[1])
-
-
-def wait_all_terminal(job_ids: list[str], timeout: float = 120.0) -> float:
-    wait_for(lambda: Job.objects.filter(id__in=job_ids, status__in=TERMINAL).count() == len(job_ids),
-             timeout, f"{len(job_ids)} jobs to finish")
-    return time.monotonic()
-
-
-def promise_kept(job_ids: list[str], *, expect_failed: dict[str, str] | None = None) -> dict:
-    """Every job terminal; succeeded (or failed with the expected code); its
-    outputs published once, from the one attempt that succeeded; nothing of
-    a replaced attempt left behind; one notification per job at most."""
-    expect_failed = expect_failed or {}
-    jobs = {str(j.id): j for j in Job.objects.filter(id__in=job_ids)}
-    lost = [i for i in job_ids if jobs[i].status not in TERMINAL]
-    duplicates = 0
-    for job_id, job in jobs.items():
-        if job_id in expect_failed:
-            assert (job.status, job.error_code) == ("failed", expect_failed[job_id]), (job.status, job.error)
-            continue
-        assert job.status == "succeeded", (job_id, job.status, job.error, list(job.attempt_log.values()))
-        outputs = list(Output.objects.filter(job=job))
-        assert outputs
-        folders = {Path(o.file.name).parts[:3] for o in outputs}  # outputs/<job>/<attempt>/...
-        published = stored_attempts(job_id)
-        # one publishing attempt (its own prefix), and that is the job's last attempt
-        duplicates += len(published) - 1 + len(folders) - 1
-        assert published == [str(job.attempts)]
-        assert [o.name for o in outputs] == sorted({o.name for o in outputs})
-    duplicates += _duplicate_notifications(job_ids)
-    assert not lost and duplicates == 0
-    return {"jobs": len(job_ids), "completed": sum(j.status in TERMINAL for j in jobs.values()),
-            "failed": sum(j.status == "failed" for j in jobs.values()), "duplicates": duplicates, "lost": len(lost)}
-
-
-def _duplicate_notifications(job_ids: list[str]) -> int:
-    """Every batch's summary email arrives (by default email gets only the
-    summaries), and no event is mailed twice: waits for one summary per
-    batch, gives a late duplicate a moment, then counts the messages beyond
-    the first of each event (X-Fairlane-Event-Id, the receiver's idempotency
-    key)."""
-    from notify.models import Event
-
-    batches = set(Job.objects.filter(id__in=job_ids, upload__isnull=False).values_list("upload__batch", flat=True))
-
-    def mailed() -> list[str]:
-        return [event_id for mail in Path(settings.EMAIL_FILE_PATH).glob("*")
-                for event_id in re.findall(r"^X-Fairlane-Event-Id: (\S+)$", mail.read_text(errors="replace"), re.M)]
-
-    def every_summary_mailed() -> bool:
-        summaries = {e.webhook_id for e in Event.objects.filter(type="batch.completed", batch__in=batches)}
-        return len(summaries) == len(batches) and summaries <= set(mailed())
-
-    wait_for(every_summary_mailed, 30, f"one summary email for each of {len(batches)} batches")
-    time.sleep(1.0)  # a duplicate would arrive now
-    ids = mailed()
-    return len(ids) - len(set(ids))
 
 
 LEASE_S, SWEEP_S = float(CHAOS_ENV["FAIRLANE_JOB_LEASE_S"]), float(CHAOS_ENV["FAIR_RECONCILE_S"])
@@ -203,13 +103,6 @@ def handed_back_after(job_id: str, t_wall: float) -> float:
     return lost.finished_at.timestamp() - t_wall
 
 
-def stored_attempts(job_id: str) -> list[str]:
-    """The attempts that have objects under the job's outputs prefix, through
-    the storage seam (either backend)."""
-    keys = media_store.list_prefix(media_store.job_prefix(job_id=job_id))
-    return sorted({key.split("/")[2] for key in keys}, key=int)
-
-
 def stalled_attempt_leftovers(job_id: str) -> list[str]:
     """What the job's first attempt still has: its scratch folder (this
     host) and its stored outputs (the attempt that wins publishes under its
@@ -217,24 +110,6 @@ def stalled_attempt_leftovers(job_id: str) -> list[str]:
     scratch = Path(settings.FAIRLANE_SCRATCH_DIR)
     stored = media_store.list_prefix(media_store.outputs_prefix(job_id=job_id, attempt=1))
     return [*(str(p) for p in scratch.glob(f"{job_id}-a1-*")), *stored]
-
-
-def lease_held(job_id: str, t_fault: float, lease_s: float) -> float:
-    """The lease the attempt held when its worker was cut off (nobody renews
-    it any more), checked against its length. Detection is bounded from
-    there: what comes before it is how long ago the last renewal was, which
-    the test does not control."""
-    expiry = Job.objects.get(id=job_id).lease_expires_at.timestamp()
-    assert expiry - t_fault <= lease_s + 0.5
-    return expiry
-
-
-def assert_swept_within_one_turn(job_id: str, lease_expiry: float, sweep_s: float) -> None:
-    """The job was handed back by the first sweep after its lease ran out:
-    the sweep's turn (sweep_s, on a tick of FAIR_TICK_S) plus its own run
-    time on a loaded machine."""
-    lost_at = JobAttempt.objects.get(job_id=job_id, number=1).finished_at.timestamp()
-    assert lease_expiry <= lost_at + 0.01 < lease_expiry + sweep_s + float(settings.FAIR_TICK_S) + 3
 
 
 def started_after(job_id: str, t_wall: float) -> float | None:

@@ -1,0 +1,68 @@
+"""The multi-host suite's shared world: a bridge, and on it the private
+PostgreSQL, Redis and SeaweedFS every simulated host uses, started before
+Django reads its settings (tests/services_plugin.py calls `start_shared`
+when FAIRLANE_MULTIHOST=1, which bin/test sets for this suite's own pytest
+run) and stopped at exit.
+
+Web runs in the test's own (main) namespace: the test process's API client
+and, for the browser, a real gunicorn. Worker hosts are namespaces added by
+the tests (tests/multihost/conftest.py).
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+
+from tests.multihost.network import Network
+from tests.multihost.services import PrivatePostgres, PrivateRedis, PrivateSeaweedFS
+
+log = logging.getLogger(__name__)
+
+# Short leases and sweeps so that a lost host is noticed in seconds. The
+# registration TTL is below the attempt lease's two thirds (see
+# FAIR_WORKER_TTL_S in project/settings.py), as in production.
+CLUSTER_ENV = {
+    "FAIRLANE_JOB_LEASE_S": "6",
+    "FAIR_WORKER_TTL_S": "3",
+    "FAIR_RUN_LEASE_S": "10",
+    "FAIR_RECONCILE_S": "1",
+    "FAIR_RECONCILE_MIN_AGE_S": "1",
+    "FAIRLANE_RETRY_BASE_DELAY_S": "0.5",
+    "FAIRLANE_RETRY_MAX_DELAY_S": "2",
+    "FAIRLANE_SHUTDOWN_GRACE_S": "3",
+    "PYTHONUNBUFFERED": "1",
+    "LOG_FORMAT": "json",
+}
+
+# {"network", "postgres", "redis", "s3"} once started.
+SHARED: dict = {}
+
+
+def start_shared() -> dict[str, str]:
+    """Start the bridge and the shared services; returns the environment
+    every process of the run needs (this one and every host's)."""
+    network = Network()
+    SHARED["network"] = network
+    atexit.register(stop_shared)
+    SHARED["postgres"] = PrivatePostgres(network.address, str(network.subnet))
+    SHARED["redis"] = PrivateRedis(network.address)
+    SHARED["s3"] = PrivateSeaweedFS(network.address)
+    return {"DATABASE_URL": SHARED["postgres"].url, "REDIS_URL": SHARED["redis"].url, **SHARED["s3"].env(),
+            **CLUSTER_ENV}
+
+
+def stop_shared() -> None:
+    """Every host (its processes, namespace and link), the services, the bridge."""
+    network = SHARED.pop("network", None)
+    if network is not None:
+        for host in list(network.hosts):
+            network.remove_host(host)
+    for name in ("s3", "redis", "postgres"):
+        service = SHARED.pop(name, None)
+        if service is not None:
+            try:
+                service.stop()
+            except Exception:  # keep cleaning up the rest
+                log.exception("could not stop the private %s", name)
+    if network is not None:
+        network.close()

