@@ -41,6 +41,26 @@ def redis_client(redis_url: str) -> redis.Redis:
     return client
 
 
+@pytest.fixture(autouse=True)
+def _workers_settle(request):
+    """After a test that ran real workers, wait (briefly, bounded) until
+    they have stopped writing: no job running, no delivery being sent,
+    nothing in flight in either lane. Otherwise the next thing to touch the
+    database is pytest-django's flush (TRUNCATE of every table), racing a
+    worker still recording this test's last job: PostgreSQL resolves the
+    two as a deadlock and the flush fails. Its teardown runs before the
+    flush (pytest-django's database fixture is set up first)."""
+    yield
+    if "workers" not in request.fixturenames:
+        return
+    import warnings
+
+    from tests.workers import wait_settled
+
+    if not wait_settled(timeout_s=60):
+        warnings.warn(f"{request.node.nodeid} left the workers busy for a minute", stacklevel=1)
+
+
 @pytest.fixture
 def cpu_lane_paused(redis_client):
     """For tests that publish into cpu-transcode while the session's real

@@ -69,3 +69,26 @@ def lane_paused(lane: str) -> Iterator[None]:
     finally:
         if names:
             app.control.add_consumer(lane, destination=names, reply=True, timeout=5)
+
+
+def wait_settled(*, timeout_s: float) -> bool:
+    """Wait until the workers have nothing under way: no job running, no
+    delivery being sent, nothing in flight in a fair lane. False when that
+    did not happen within `timeout_s` (the caller goes on: a test may leave
+    work on purpose; a scheduled job, say)."""
+    import time
+
+    import dispatcher
+    from notify.models import Delivery
+    from project.lanes import FAIR_LANES
+    from uploads.models import Job
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        busy = (Job.objects.filter(status=Job.Status.RUNNING).exists()
+                or Delivery.objects.filter(status=Delivery.Status.SENDING).exists()
+                or any(dispatcher.scheduler(lane).snapshot()["totals"]["in_flight"] for lane in FAIR_LANES))
+        if not busy:
+            return True
+        time.sleep(0.2)
+    return False

@@ -7,11 +7,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
 import dispatcher
+import media
 from project.lanes import Lane
 from uploads.models import Batch, Job, JobAttempt, Output, Upload
 
@@ -51,23 +51,27 @@ def held(job: Job) -> str | None:
     return dispatcher.scheduler(Lane.CPU_TRANSCODE).known(str(job.id))
 
 
-def publish_outputs(job: Job, attempt: int = 1, *, record: bool = True) -> Path:
-    """What a finished attempt leaves: an HLS ladder (master playlist,
-    variants, segments) and an MP4, under outputs/<job>/<attempt>/;
-    recorded as the job's outputs unless `record` is off (the files of an
-    attempt that did not win, or of one before a retry)."""
-    root = Path(settings.MEDIA_ROOT) / "outputs" / str(job.id) / str(attempt)
+def publish_outputs(job: Job, tmp_path: Path, attempt: int = 1, *, record: bool = True) -> str:
+    """What a finished attempt leaves in the store: an HLS ladder (master
+    playlist, variants, segments) and an MP4, under outputs/<job>/<attempt>/;
+    recorded as the job's outputs unless `record` is off (the objects of an
+    attempt that did not win, or of one before a retry). Returns the prefix."""
+    prefix = media.outputs_prefix(job_id=str(job.id), attempt=attempt)
+    local = tmp_path / f"{job.id}-{attempt}"
     for rel in ["hls/master.m3u8", "hls/v0/index.m3u8", "hls/v0/seg0.ts", "hls/v1/seg0.ts", "video.mp4"]:
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(b"x")
-    if not record:
-        return root
-    rel_root = root.relative_to(settings.MEDIA_ROOT)
-    Output.objects.create(job=job, name="hls", file=f"{rel_root}/hls/master.m3u8",
-                          content_type="application/vnd.apple.mpegurl", size=1)
-    Output.objects.create(job=job, name="mp4", file=f"{rel_root}/video.mp4", content_type="video/mp4", size=1)
-    Job.objects.filter(id=job.id).update(status=Job.Status.SUCCEEDED, progress=100)
-    return root
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        (local / rel).write_bytes(b"x")
+    media.put_tree(local, prefix)
+    if record:
+        Output.objects.create(job=job, name="hls", file=f"{prefix}hls/master.m3u8",
+                              content_type="application/vnd.apple.mpegurl", size=1)
+        Output.objects.create(job=job, name="mp4", file=f"{prefix}video.mp4", content_type="video/mp4", size=1)
+        Job.objects.filter(id=job.id).update(status=Job.Status.SUCCEEDED, progress=100)
+    return prefix
+
+
+def stored(prefix: str) -> bool:
+    return bool(media.list_prefix(prefix))
 
 
 def test_cancel_takes_a_queued_job_out_of_the_dispatcher(make_user, post_upload, act):
@@ -111,13 +115,13 @@ def test_nobody_cancels_retries_or_deletes_another_users_job(make_user, post_upl
         resp = act(bob, method, url)
         assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found", url
     assert Job.objects.get(id=job.id).status == Job.Status.QUEUED and held(job) == "delayed"
-    assert Path(settings.MEDIA_ROOT, Upload.objects.get().file.name).is_file()
+    assert media.exists(Upload.objects.get().file.name)
 
 
-def test_batch_cancel_and_retry_act_on_every_job_of_the_batch_that_can(make_user, post_upload, act):
+def test_batch_cancel_and_retry_act_on_every_job_of_the_batch_that_can(make_user, post_upload, act, tmp_path):
     alice = make_user("alice")
     jobs = post_upload(alice, "a.mp4", "b.mp4", "c.mp4")
-    publish_outputs(jobs[0])
+    publish_outputs(jobs[0], tmp_path)
     batch = jobs[0].upload.batch
     body = act(alice, "post", f"/api/batches/{batch}/cancel/").json()
     assert body["counts"] == {"queued": 0, "running": 0, "succeeded": 1, "failed": 0, "canceled": 2}
@@ -129,25 +133,26 @@ def test_batch_cancel_and_retry_act_on_every_job_of_the_batch_that_can(make_user
     assert Job.objects.get(id=jobs[0].id).outputs.count() == 2  # the finished one is left alone
 
 
-def test_deleting_an_upload_removes_its_job_outputs_exports_and_every_stored_file(make_user, post_upload, act):
+def test_deleting_an_upload_removes_its_job_outputs_exports_and_every_stored_file(make_user, post_upload, act,
+                                                                                 tmp_path):
     alice = make_user("alice")
     done, queued = post_upload(alice, "a.mp4", "b.mp4")
-    upload_file = Path(settings.MEDIA_ROOT, done.upload.file.name)
-    stale = publish_outputs(done, record=False)  # an earlier attempt's folder, left behind
-    ladder = publish_outputs(done, attempt=2)
+    upload_file = done.upload.file.name
+    stale = publish_outputs(done, tmp_path, record=False)  # an earlier attempt's objects, left behind
+    ladder = publish_outputs(done, tmp_path, attempt=2)
     export = Job.objects.create(owner=alice, kind=Job.Kind.EXPORT, batch=done.upload.batch, lane="cpu-transcode")
-    zip_root = publish_outputs(export)
+    zip_root = publish_outputs(export, tmp_path)
     JobAttempt.objects.create(job=done, number=1, started_at=done.created_at)
 
     assert act(alice, "delete", f"/api/uploads/{done.upload_id}/").status_code == 204
 
-    assert not upload_file.exists() and not ladder.exists() and not stale.exists() and not zip_root.exists()
-    assert not (Path(settings.MEDIA_ROOT) / "outputs" / str(done.id)).exists()
+    assert not media.exists(upload_file) and not stored(ladder) and not stored(stale) and not stored(zip_root)
+    assert not stored(media.job_prefix(job_id=str(done.id)))
     assert not Job.objects.filter(id__in=[done.id, export.id]).exists()
     assert not Output.objects.filter(job_id=done.id).exists() and not JobAttempt.objects.exists()
     # The other upload of the batch stays, and so does the batch.
     assert Job.objects.get(id=queued.id).status == Job.Status.QUEUED
-    assert Path(settings.MEDIA_ROOT, queued.upload.file.name).is_file()
+    assert media.exists(queued.upload.file.name)
     assert Batch.objects.filter(id=done.upload.batch).exists()
 
 
@@ -159,22 +164,22 @@ def test_deleting_an_unfinished_job_cancels_it_in_the_dispatcher_first(make_user
     assert held(job) is None and not Upload.objects.exists() and not Job.objects.exists()
 
 
-def test_deleting_a_batch_removes_all_of_it(make_user, post_upload, act):
+def test_deleting_a_batch_removes_all_of_it(make_user, post_upload, act, tmp_path):
     alice = make_user("alice")
     jobs = post_upload(alice, "a.mp4", "b.mp4")
-    roots = [publish_outputs(job) for job in jobs]
+    roots = [publish_outputs(job, tmp_path) for job in jobs]
     batch = jobs[0].upload.batch
     assert act(alice, "delete", f"/api/batches/{batch}/").status_code == 204
-    assert not any(root.exists() for root in roots)
+    assert not any(stored(root) for root in roots)
     assert not Upload.objects.exists() and not Job.objects.exists() and not Batch.objects.exists()
     assert act(alice, "get", f"/api/batches/{batch}/").status_code == 404
 
 
-def test_deleting_an_export_job_keeps_the_batch(make_user, post_upload, act):
+def test_deleting_an_export_job_keeps_the_batch(make_user, post_upload, act, tmp_path):
     alice = make_user("alice")
     [job] = post_upload(alice, "a.mp4")
     export = Job.objects.create(owner=alice, kind=Job.Kind.EXPORT, batch=job.upload.batch, lane="cpu-transcode")
-    zip_root = publish_outputs(export)
+    zip_root = publish_outputs(export, tmp_path)
     assert act(alice, "delete", f"/api/jobs/{export.id}/").status_code == 204
-    assert not zip_root.exists() and not Job.objects.filter(id=export.id).exists()
-    assert Job.objects.filter(id=job.id).exists() and Path(settings.MEDIA_ROOT, job.upload.file.name).is_file()
+    assert not stored(zip_root) and not Job.objects.filter(id=export.id).exists()
+    assert Job.objects.filter(id=job.id).exists() and media.exists(job.upload.file.name)
