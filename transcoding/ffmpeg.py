@@ -9,14 +9,14 @@
   tracks are never mapped) and copies no metadata or chapters from the
   source: camera positions and whatever text a file carries stay behind.
 - ffmpeg runs in its own session (process group) with CPU-time and
-  address-space limits; on timeout or cancel the whole group is killed.
+  address-space limits; on timeout or cancel the whole group is killed, and
+  it dies with the worker process that started it (transcoding/limits.py).
 - Progress comes from `-progress pipe:1` (key=value lines about twice a
   second); the callback is throttled to about once a second.
 """
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import subprocess
 import tempfile
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import imageio_ffmpeg
 
+from transcoding import limits
 from transcoding.errors import MediaError
 from transcoding.probe import DEMUXER_OPTIONS, open_options
 
@@ -43,10 +44,13 @@ def timeout_for(duration_s: float) -> float:
 
 
 def _limits(cpu_seconds: int) -> Callable[[], None]:
+    """The child's set-up between fork and exec. `run` waits for ffmpeg in
+    the thread that starts it, which is what the parent-death signal watches."""
+    parent = os.getpid()
+
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        limits.die_with_parent(parent)
+        limits.set_limits(address_space_bytes=ADDRESS_SPACE_LIMIT, cpu_seconds=cpu_seconds)
 
     return apply
 
