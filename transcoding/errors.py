@@ -7,3 +7,14 @@ from uploads.errors import JobError
 
 class MediaError(JobError):
     """Bad media: the job fails at once with this code and message."""
+
+
+def reason(exc: BaseException) -> str:
+    """What went wrong, in the decoder's words, without the file name it
+    appends: PyAV's and the OS's errors carry the path they were opening
+    ("[Errno 1094995529] Invalid data found when processing input: '/srv/…'"),
+    and a user is told about their file, not where the server keeps it."""
+    strerror = getattr(exc, "strerror", None)  # OSError and av.error.FFmpegError
+    if strerror:
+        return strerror[:1].upper() + strerror[1:]
+    return str(exc) or type(exc).__name__

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -64,6 +65,10 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+# ffmpeg's "[component @ 0x55d4c1e0] " before a line: its internals and a
+# memory address, nothing a user can act on (uploads.errors.public_message
+# takes out whatever else names the server).
+_LOG_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)+")
 # After each output file's name-less options: nothing of the source's
 # global or stream metadata, nor its chapters, goes into an output.
 NO_METADATA = ["-map_metadata", "-1", "-map_chapters", "-1"]
@@ -129,7 +134,7 @@ def run(
         if proc.returncode != 0:
             errfile.seek(0)
             tail = errfile.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
-            last = tail[-1] if tail else f"exit status {proc.returncode}"
+            last = _LOG_PREFIX.sub("", tail[-1]) if tail else f"exit status {proc.returncode}"
             if proc.returncode < 0:
                 raise MediaError("resource_limit", f"The decoder was stopped by a resource limit (signal {-proc.returncode}).")
             raise MediaError("decode_failed", f"The media could not be decoded: {last}")

@@ -17,7 +17,7 @@ from django.conf import settings
 from PIL import Image, ImageCms, ImageOps
 
 from transcoding import ffmpeg, ladder
-from transcoding.errors import MediaError
+from transcoding.errors import MediaError, reason
 from transcoding.probe import Probe
 from transcoding.produced import ProgressFn, Produced
 
@@ -38,7 +38,7 @@ def image(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> li
     try:
         img = Image.open(src)
     except (OSError, SyntaxError, ValueError) as exc:
-        raise MediaError("decode_failed", f"The image could not be opened: {exc}") from exc
+        raise MediaError("decode_failed", f"The image could not be opened: {reason(exc)}.") from exc
     # The variants are made before the file is closed: the decoded pixels may
     # be `img`'s own (no copy), and closing an image drops them.
     with img:
@@ -56,7 +56,7 @@ def _upright_srgb(img: Image.Image) -> Image.Image:
         return to_srgb(img, icc)
     except (OSError, SyntaxError, ValueError) as exc:
         code = "truncated" if "truncated" in str(exc) else "decode_failed"
-        raise MediaError(code, f"The image could not be decoded: {exc}") from exc
+        raise MediaError(code, f"The image could not be decoded: {reason(exc)}.") from exc
 
 
 def _variants(rgb: Image.Image, workdir: Path) -> list[Produced]:

@@ -10,7 +10,7 @@ import pypdfium2
 from django.conf import settings
 
 from transcoding import ffmpeg, images, ladder
-from transcoding.errors import MediaError
+from transcoding.errors import MediaError, reason
 from transcoding.probe import Probe
 from transcoding.produced import ProgressFn, Produced, kbps
 
@@ -76,7 +76,7 @@ def pdf(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> list
     try:
         doc = pypdfium2.PdfDocument(str(src))
     except pypdfium2.PdfiumError as exc:
-        raise MediaError("decode_failed", f"The PDF could not be read: {exc}") from exc
+        raise MediaError("decode_failed", f"The PDF could not be read: {reason(exc)}") from exc
     try:
         pages = len(doc)
         if pages == 0:

@@ -39,7 +39,7 @@ import pillow_heif
 from django.conf import settings
 from PIL import Image, UnidentifiedImageError
 
-from transcoding.errors import MediaError
+from transcoding.errors import MediaError, reason
 
 pillow_heif.register_heif_opener()  # HEIC/HEIF photos from phones open in Pillow
 
@@ -158,7 +158,7 @@ def _probe_image(path: Path) -> Probe | None:
                 return None  # read as video by libavformat, delivered as an MP4 loop
             probe = Probe(kind="image", container=fmt, width=img.width, height=img.height)
     except Image.DecompressionBombError as exc:
-        raise MediaError("too_large", f"The image has too many pixels to process safely ({exc}).") from exc
+        raise MediaError("too_large", f"Pictures above {settings.FAIRLANE_MAX_PIXELS} pixels are not accepted.") from exc
     except (UnidentifiedImageError, OSError, ValueError):
         return None
     limits_check(probe)  # from the header: nothing is decoded yet
@@ -348,7 +348,7 @@ def _scan_packets(container, streams: list) -> tuple[int, float]:
             stop = float((packet.pts + (packet.duration or 0)) * stream.time_base - start[stream.index])
             end = max(end, stop)
     except av.error.FFmpegError as exc:
-        raise MediaError("truncated", f"The file is damaged or cut off: {exc}") from exc
+        raise MediaError("truncated", f"The file is damaged or cut off: {reason(exc)}.") from exc
     return frames, end
 
 
@@ -359,7 +359,7 @@ def _read_first_frame(probe: Probe, path: Path, stream_index: int) -> None:
             frame = next(container.decode(container.streams[stream_index]), None)
             field_order, stream_trc = ctx.field_order, ctx.color_trc
     except av.error.FFmpegError as exc:
-        raise MediaError("decode_failed", f"The video could not be decoded: {exc}") from exc
+        raise MediaError("decode_failed", f"The video could not be decoded: {reason(exc)}.") from exc
     if frame is None:
         raise MediaError("decode_failed", "The video has no decodable frame.")
     probe.rotation = int(round(frame.rotation or 0)) % 360
