@@ -48,8 +48,26 @@ def _running(pid: int) -> bool:
 
 
 def _children(pid: int) -> list[int]:
-    tasks = Path(f"/proc/{pid}/task")
-    return [int(child) for task in tasks.iterdir() for child in (task / "children").read_text().split()]
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children += [int(child) for child in (task / "children").read_text().split()]
+        except FileNotFoundError:  # a thread that ended while we looked
+            pass
+    return children
+
+
+def _ffmpeg_run_by(pid: int) -> int | None:
+    """The ffmpeg that transcoding.ffmpeg.run started (not one that merely
+    checks the binary, as imageio_ffmpeg does on import)."""
+    for child in _children(pid):
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if argv[0] == FFMPEG.encode() and b"-progress" in argv:
+            return child
+    return None
 
 
 def _wait_for(predicate, *, timeout_s: float, what: str):
@@ -83,9 +101,7 @@ def _kill_parent_then_wait_for_the_child(parent: subprocess.Popen, child: int) -
 def test_ffmpeg_dies_with_the_worker_process_that_started_it(tmp_path: Path, doing: str):
     parent = _start(_FFMPEG_PARENT, doing, str(tmp_path / "input.ts"))
     try:
-        child = _wait_for(lambda: next((p for p in _children(parent.pid)
-                                        if os.path.realpath(f"/proc/{p}/exe") == os.path.realpath(FFMPEG)), None),
-                          timeout_s=60, what="ffmpeg to start")
+        child = _wait_for(lambda: _ffmpeg_run_by(parent.pid), timeout_s=60, what="ffmpeg to start")
         _kill_parent_then_wait_for_the_child(parent, child)
     finally:
         parent.kill()
