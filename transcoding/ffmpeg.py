@@ -76,12 +76,12 @@ NO_METADATA = ["-map_metadata", "-1", "-map_chapters", "-1"]
 
 def input_args(src: Path, container: str) -> list[str]:
     """The demuxer the probe accepted, forced, with its reference-following
-    options off; only local-file access, and no other demuxer even for what
-    the input opens itself (nested inputs inherit both lists)."""
-    options = open_options()
+    options off; only local-file access, no other demuxer even for what the
+    input opens itself (nested inputs inherit the lists), and only allowed
+    decoders, for the streams used and the ones merely looked at."""
+    whitelists = [arg for key, value in open_options().items() for arg in (f"-{key}", value)]
     pinned = [arg for key, value in DEMUXER_OPTIONS.get(container, {}).items() for arg in (f"-{key}", value)]
-    return ["-protocol_whitelist", options["protocol_whitelist"], "-format_whitelist", options["format_whitelist"],
-            *pinned, "-f", container, "-i", str(src)]
+    return [*whitelists, *pinned, "-f", container, "-i", str(src)]
 
 
 def run(

@@ -18,7 +18,7 @@ from PIL import Image, ImageCms, ImageOps
 
 from transcoding import ffmpeg, ladder
 from transcoding.errors import MediaError, reason
-from transcoding.probe import Probe
+from transcoding.probe import ALLOWED_IMAGE_FORMATS, Probe
 from transcoding.produced import ProgressFn, Produced
 
 # Longest edge of each variant, largest first (each is made from the previous).
@@ -36,7 +36,7 @@ def image(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> li
     if probe.animated:
         return _animation(src, workdir, probe, on_progress)
     try:
-        img = Image.open(src)
+        img = Image.open(src, formats=ALLOWED_IMAGE_FORMATS)
     except (OSError, SyntaxError, ValueError) as exc:
         raise MediaError("decode_failed", f"The image could not be opened: {reason(exc)}.") from exc
     # The variants are made before the file is closed: the decoded pixels may
@@ -49,7 +49,7 @@ def _upright_srgb(img: Image.Image) -> Image.Image:
     """Decode once, turned upright, in 8-bit sRGB. Copies only when a step
     changes the pixels: a 48 MP scan is 190 MB per copy."""
     try:
-        if img.format == "JPEG":
+        if img.format in ("JPEG", "MPO"):
             img.draft(img.mode, (VARIANTS[0][1], VARIANTS[0][1]))  # decode at 1/2, 1/4, 1/8 when enough
         icc = img.info.get("icc_profile")
         ImageOps.exif_transpose(img, in_place=True)

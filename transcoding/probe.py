@@ -3,11 +3,12 @@ client's Content-Type.
 
 Order matters for safety: before any demuxer sees the file we refuse text
 files (an HLS playlist or an ffconcat list renamed to `.mp4` would make a
-demuxer open other files), then we let Pillow and PDF magic claim images and
-documents, and only then open it with libavformat (PyAV) restricted to the
-local file, and accept only an allow-list of containers and codecs. The
-demuxer name the probe found is what ffmpeg is later forced to use (`-f`), so
-ffmpeg cannot re-detect the file as something else.
+demuxer open other files), then we let PDF magic and Pillow (allowed
+formats only) claim documents and images, and only then open it with
+libavformat (PyAV) restricted to the local file, and accept only an
+allow-list of containers and codecs. The demuxer name the probe found is
+what ffmpeg is later forced to use (`-f`), so ffmpeg cannot re-detect the
+file as something else.
 
 Only the chosen video and audio streams are ever decoded or mapped; subtitle,
 attachment and data streams (timecode and GPS tracks from cameras, fonts and
@@ -32,6 +33,7 @@ import os
 import warnings
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
+from functools import cache
 from pathlib import Path
 
 import av
@@ -42,6 +44,16 @@ from PIL import Image, UnidentifiedImageError
 from transcoding.errors import MediaError, reason
 
 pillow_heif.register_heif_opener()  # HEIC/HEIF photos from phones open in Pillow
+
+# Pillow plugins we let open user files: what cameras, phones, scanners and
+# the web produce (README, "What comes out"). Pillow would otherwise try
+# each of its 40-odd formats, among them EPS (PostScript, a program, run by
+# Ghostscript when installed) and decoders nobody uploads on purpose. JPEG
+# includes MPO (multi-picture JPEGs from phones: same opener); TIFF is for
+# scans; HEIF is pillow_heif's (HEIC); AVIF is Pillow's own (libavif), and
+# libavformat would otherwise read it as a one-frame AV1 video. Anything
+# else is left to libavformat, whose own allow-list refuses it.
+ALLOWED_IMAGE_FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "TIFF", "HEIF", "AVIF")
 
 # libavformat demuxer names we accept (the first name of the demuxer's list).
 # Anything else, notably hls, concat, image2, tee and every network demuxer,
@@ -151,7 +163,7 @@ def _probe_image(path: Path) -> Probe | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # limits_check below decides
-            img = Image.open(path)
+            img = Image.open(path, formats=ALLOWED_IMAGE_FORMATS)
         with img:
             fmt = (img.format or "").lower()
             if fmt == "gif" and getattr(img, "is_animated", False):
@@ -168,8 +180,27 @@ def _probe_image(path: Path) -> Probe | None:
 def open_options() -> dict[str, str]:
     """libavformat options for every open of a user file: the local file
     only, and only allowed demuxers, so a playlist or concat list that got
-    past the text check is refused before its demuxer reads anything."""
-    return {"protocol_whitelist": "file", "format_whitelist": ",".join(sorted(ALLOWED_CONTAINERS))}
+    past the text check is refused before its demuxer reads anything; and
+    only allowed decoders, because opening a file opens a decoder for every
+    stream to learn its parameters, subtitle and data streams included,
+    whose codecs the probe never checks."""
+    return {"protocol_whitelist": "file", "format_whitelist": ",".join(sorted(ALLOWED_CONTAINERS)),
+            "codec_whitelist": _allowed_decoders()}
+
+
+@cache
+def _allowed_decoders() -> str:
+    """libavcodec's decoder names (h264, mp3float, libdav1d, ...) for the
+    allowed codecs: a whitelist names decoders, not codecs."""
+    names = set()
+    for name in av.codecs_available:
+        try:
+            codec = av.Codec(name, "r")
+        except av.codec.codec.UnknownCodecError:  # an encoder only
+            continue
+        if codec.type in ("video", "audio") and _codec_allowed(codec.type, codec.canonical_name):
+            names.add(name)
+    return ",".join(sorted(names))
 
 
 def _probe_options() -> dict[str, str]:

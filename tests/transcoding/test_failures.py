@@ -70,6 +70,29 @@ def _y4m(tmp: Path) -> Path:
     return tmp / "raw.y4m"
 
 
+def _eps_with_preview(tmp: Path) -> Path:
+    """A DOS EPS as drawing programs write it: a binary header, a TIFF
+    preview, then the PostScript program that Pillow would hand to
+    Ghostscript. The preview comes first, so the file does not look like text."""
+    import io
+
+    Image.new("RGB", (64, 48), "teal").save(tmp / "plain.eps", "EPS")
+    preview = io.BytesIO()
+    Image.effect_noise((64, 48), 80).convert("RGB").save(preview, "TIFF")
+    tiff, program = preview.getvalue(), (tmp / "plain.eps").read_bytes()
+    header = b"\xC5\xD0\xD3\xC6" + struct.pack("<6I", 30 + len(tiff), len(program), 0, 0, 30, len(tiff)) + b"\xff\xff"
+    (tmp / "drawing.eps").write_bytes(header + tiff + program)
+    return tmp / "drawing.eps"
+
+
+def _pillow_saves(fmt: str, name: str, mode: str = "RGB") -> Callable[[Path], Path]:
+    def make(tmp: Path) -> Path:
+        Image.new(mode, (64, 48), "teal").save(tmp / name, fmt)
+        return tmp / name
+
+    return make
+
+
 def _subtitles_only(tmp: Path) -> Path:
     (tmp / "words.srt").write_text("1\n00:00:00,000 --> 00:00:01,000\nhello\n")
     ffmpeg("-i", str(tmp / "words.srt"), str(tmp / "words.mkv"))
@@ -101,6 +124,17 @@ CASES = [
     ("a codec off the allow-list", lambda tmp: make_video(tmp / "odd.mkv", seconds=0.2, audio=False,
                                                           video_args=("-c:v", "ffvhuff")), {}, "unsupported_codec"),
     ("subtitles and nothing else", _subtitles_only, {}, "no_media_streams"),
+    # Images in formats Pillow can read but Fairlane does not promise
+    # (probe.ALLOWED_IMAGE_FORMATS): never handed to their Pillow plugin.
+    ("an EPS drawing (PostScript for Ghostscript)", _eps_with_preview, {}, "not_media"),
+    ("a BMP image", _pillow_saves("BMP", "old.bmp"), {}, "unsupported_container"),
+    ("a TGA image", _pillow_saves("TGA", "game.tga"), {}, "not_media"),
+    ("a PCX image", _pillow_saves("PCX", "paint.pcx"), {}, "unsupported_container"),
+    ("a DDS texture", _pillow_saves("DDS", "texture.dds"), {}, "unsupported_container"),
+    ("a QOI image", _pillow_saves("QOI", "quite.qoi"), {}, "unsupported_container"),
+    ("a JPEG 2000 image", _pillow_saves("JPEG2000", "scan.jp2"), {}, "unsupported_container"),
+    ("a SPIDER image", _pillow_saves("SPIDER", "cryo.spi", mode="F"), {}, "not_media"),
+    ("an ICNS icon", _pillow_saves("ICNS", "app.icns"), {}, "not_media"),
 ]
 
 

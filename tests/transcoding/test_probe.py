@@ -60,3 +60,35 @@ def test_cover_art_does_not_make_music_a_video(tmp_path: Path):
            "-c:a", "aac", "-c:v", "png", "-disposition:v", "attached_pic", str(tmp_path / "song.m4a"))
     probe = probe_file(tmp_path / "song.m4a")
     assert probe.kind == "audio" and [s.type for s in probe.streams] == ["audio"]
+
+
+def test_decoders_off_the_allow_list_are_never_opened_not_even_for_unused_streams(tmp_path: Path):
+    """Opening a file opens a decoder for every stream to learn its
+    parameters (PyAV in the probe, ffmpeg before it maps anything). A
+    subtitle stream is never checked nor used, so its decoder must not run:
+    libavcodec says so when it refuses one."""
+    import subprocess
+
+    import av.logging
+
+    from transcoding import ffmpeg as fairlane_ffmpeg
+    from transcoding.probe import open_options
+
+    (tmp_path / "words.srt").write_text("1\n00:00:00,000 --> 00:00:01,000\nhello\n")
+    src = make_video(tmp_path / "subtitled.mkv", seconds=0.5, size="64x48", audio=False)
+    ffmpeg("-i", str(src), "-i", str(tmp_path / "words.srt"), "-map", "0", "-map", "1", "-c", "copy",
+           str(tmp_path / "both.mkv"))
+    refused = "Codec (srt) not on whitelist"
+    level = av.logging.get_level()
+    av.logging.set_level(av.logging.ERROR)
+    try:
+        with av.logging.Capture(True) as logs, av.open(str(tmp_path / "both.mkv"), options=open_options()):
+            pass
+    finally:
+        av.logging.set_level(level)
+    assert any(refused in message for _, _, message in logs), logs
+    run = subprocess.run([fairlane_ffmpeg.FFMPEG, "-hide_banner", "-loglevel", "error",
+                          *fairlane_ffmpeg.input_args(tmp_path / "both.mkv", "matroska"), "-map", "0:v", "-f", "null",
+                          "-"], capture_output=True, text=True)
+    assert run.returncode == 0 and refused in run.stderr, run.stderr
+    assert probe_file(tmp_path / "both.mkv").kind == "video"  # and the file itself is fine
