@@ -46,6 +46,35 @@ def make_video(
     return path
 
 
+def timestamped(path: Path, frames_at_s: list[float], *, audio_at_s: list[float] = (), size=(160, 120)) -> Path:
+    """A real file (PyAV, x264 and AAC) holding one video frame at each of
+    `frames_at_s` and one 1024-sample block of silence at each of
+    `audio_at_s`, whatever the gaps between them: how a crafted file makes
+    a few packets claim hours."""
+    from fractions import Fraction
+
+    with av.open(str(path), "w") as out:
+        video = out.add_stream("libx264", rate=25)
+        video.width, video.height, video.pix_fmt = *size, "yuv420p"
+        video.codec_context.time_base = Fraction(1, 1000)
+        audio = out.add_stream("aac", rate=48000, layout="mono") if audio_at_s else None
+        for n, at in enumerate(frames_at_s):
+            frame = av.VideoFrame(*size, "yuv420p")
+            for plane in frame.planes:
+                plane.update(bytes([n * 40 % 256]) * plane.buffer_size)
+            frame.pts, frame.time_base = round(at * 1000), Fraction(1, 1000)
+            out.mux(video.encode(frame))
+        out.mux(video.encode())
+        for at in audio_at_s:
+            block = av.AudioFrame(format="fltp", layout="mono", samples=1024)
+            block.planes[0].update(bytes(block.planes[0].buffer_size))
+            block.sample_rate, block.pts, block.time_base = 48000, round(at * 48000), Fraction(1, 48000)
+            out.mux(audio.encode(block))
+        if audio is not None:
+            out.mux(audio.encode())
+    return path
+
+
 def rotated(src: Path, dst: Path, degrees: int) -> Path:
     """The same stream with a display matrix, as phones write portrait video."""
     ffmpeg("-display_rotation", str(degrees), "-i", str(src), "-c", "copy", str(dst))

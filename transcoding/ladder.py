@@ -31,7 +31,6 @@ MP4_MAX_RUNG = 720
 SEGMENT_S = 4
 FULL_HD_PIXELS = 1920 * 1080
 MAX_FPS = 60.0
-DEFAULT_FPS = 30.0
 AUDIO_BITRATE = "128k"
 # The poster is taken this far in (or half-way through shorter clips): the
 # first frame is often black.
@@ -81,8 +80,7 @@ def mp4_rendition(renditions: list[Rendition]) -> Rendition:
 def output_fps(probe: Probe) -> float:
     """Constant output rate: the source's average, capped; VFR phone video
     gets its average rate, so motion speed and audio sync are kept."""
-    fps = probe.fps if 0 < probe.fps <= 1000 else DEFAULT_FPS
-    return round(min(fps, MAX_FPS), 3)
+    return round(min(probe.frame_rate, MAX_FPS), 3)
 
 
 def normalise(probe: Probe, fps: float) -> list[str]:

@@ -86,6 +86,27 @@ HDR_TRANSFERS = {16: "smpte2084", 18: "arib-std-b67"}
 # A file whose packets end before this share of its declared duration is
 # truncated (cut-off downloads keep their header and lose their tail).
 TRUNCATED_BELOW = 0.9
+# Timestamps can claim what the packets do not hold: a few KB with frames at
+# 0 s and 14,000 s pass the checks above, and the ladder's constant frame
+# rate then fills the gap with hours of repeated frames (the audio
+# resampler does the same with silence). The work must follow what the
+# file holds, so each packet backs at most a short stretch of the timeline:
+# a video frame MAX_FRAME_REPEAT frame intervals (a phone's variable-rate
+# clip in low light stretches to 2 or 3; a paused recording longer), an
+# audio packet MAX_AUDIO_PACKET_S (AAC packets are 21 ms; a PCM block of
+# 4096 samples at 8 kHz is half a second).
+MAX_FRAME_REPEAT = 8
+MAX_AUDIO_PACKET_S = 1.0
+# The packets of at least one stream must back this share of the media's
+# length (a still picture over an hour of sound is backed by the sound),
+# beyond a little that may be unbacked anyway (one frame held for a few
+# seconds). So a file's work is at most about twice what it holds:
+# everything beyond is refused before any decoding.
+MIN_BACKED_SHARE = 0.5
+UNBACKED_SLACK_S = 10.0
+# A source rate to believe: above it (or none), the ladder's DEFAULT_FPS.
+MAX_PLAUSIBLE_FPS = 1000.0
+DEFAULT_FPS = 30.0
 
 _TEXT_SNIFF_BYTES = 4096
 
@@ -122,6 +143,12 @@ class Probe:
 
     def as_json(self) -> dict:
         return asdict(self)
+
+    @property
+    def frame_rate(self) -> float:
+        """The source's average frame rate, or DEFAULT_FPS when it gives none
+        worth believing."""
+        return self.fps if 0 < self.fps <= MAX_PLAUSIBLE_FPS else DEFAULT_FPS
 
     @property
     def display_size(self) -> tuple[int, int]:
@@ -320,10 +347,18 @@ def _probe_av(path: Path) -> Probe:
         if video is not None:
             _describe_video(probe, video)
         limits_check(probe)  # from the header, before reading packets or decoding
-        probe.frames, played = _scan_packets(container, [s for s in (video, audio) if s is not None])
+        # How much of the timeline one packet may back, by stream.
+        holds = {s.index: MAX_FRAME_REPEAT / probe.frame_rate if s is video else MAX_AUDIO_PACKET_S
+                 for s in (video, audio) if s is not None}
+        contents = _scan_packets(container, holds)
+        probe.frames, played = contents.frames, contents.played_s
         if declared > 1.0 and played < TRUNCATED_BELOW * declared:
             raise MediaError("truncated", f"The file is cut off: it declares {declared:.1f} s but holds "
                                           f"only {played:.1f} s of media.")
+        if played - contents.backed_s > max(UNBACKED_SLACK_S, (1 - MIN_BACKED_SHARE) * played):
+            raise MediaError("sparse_media", f"The file's timestamps run to {played:.0f} s, but its frames and "
+                                             f"sound fill only {contents.backed_s:.1f} s of that; it is damaged "
+                                             f"or was made to look longer than it is.")
         # A header may under-declare: the media present is what ffmpeg will
         # decode, so it is what the duration limit and time limits go by.
         probe.duration_s = max(declared, played)
@@ -365,22 +400,42 @@ def _describe_video(probe: Probe, video) -> None:
     probe.vfr = bool(avg and base and abs(float(avg) - float(base)) > 0.01 * float(base))
 
 
-def _scan_packets(container, streams: list) -> tuple[int, float]:
-    """Video packet count and the end time of the media actually present."""
-    frames, end = 0, 0.0
+@dataclass
+class _Contents:
+    """What the packets of the chosen streams hold, by one pass without
+    decoding."""
+
+    frames: int = 0  # video packets
+    played_s: float = 0.0  # where the media present ends
+    backed_s: float = 0.0  # how much of that one stream's packets back (see MAX_FRAME_REPEAT)
+
+
+def _scan_packets(container, holds: dict[int, float]) -> _Contents:
+    """Read every packet of the streams in `holds` once. A stream's packets
+    back the time between them up to the stream's hold each; in decode
+    order, so B-frames (whose times go back) back nothing new."""
+    contents = _Contents()
+    streams = [container.streams[i] for i in holds]
     start = {s.index: (s.start_time or 0) * s.time_base for s in streams}
+    reached = dict.fromkeys(holds, 0.0)
+    backed = dict.fromkeys(holds, 0.0)
     try:
         for packet in container.demux(streams):
             if packet.pts is None or packet.size == 0:
                 continue
-            stream = packet.stream
+            stream, index = packet.stream, packet.stream.index
             if stream.type == "video":
-                frames += 1
-            stop = float((packet.pts + (packet.duration or 0)) * stream.time_base - start[stream.index])
-            end = max(end, stop)
+                contents.frames += 1
+            at = float(packet.pts * stream.time_base - start[index])
+            if at > reached[index]:
+                backed[index] += min(at - reached[index], holds[index])
+                reached[index] = at
+            stop = float((packet.pts + (packet.duration or 0)) * stream.time_base - start[index])
+            contents.played_s = max(contents.played_s, stop)
     except av.error.FFmpegError as exc:
         raise MediaError("truncated", f"The file is damaged or cut off: {reason(exc)}.") from exc
-    return frames, end
+    contents.backed_s = max(backed.values())
+    return contents
 
 
 def _read_first_frame(probe: Probe, path: Path, stream_index: int) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.media import ffmpeg, make_video
+from tests.media import ffmpeg, make_video, timestamped
 from transcoding.probe import ALLOWED_CONTAINERS
 
 pytestmark = pytest.mark.django_db
@@ -124,6 +124,10 @@ CASES = [
     ("a codec off the allow-list", lambda tmp: make_video(tmp / "odd.mkv", seconds=0.2, audio=False,
                                                           video_args=("-c:v", "ffvhuff")), {}, "unsupported_codec"),
     ("subtitles and nothing else", _subtitles_only, {}, "no_media_streams"),
+    # 2 KB whose last frame is at 14,000 s: without the check, hours of
+    # repeated frames, and a retry with a time limit lifted to match.
+    ("a few KB whose timestamps claim four hours", lambda tmp: timestamped(tmp / "gap.mkv", [0, 0.04, 14_000]), {},
+     "sparse_media"),
     # Images in formats Pillow can read but Fairlane does not promise
     # (probe.ALLOWED_IMAGE_FORMATS): never handed to their Pillow plugin.
     ("an EPS drawing (PostScript for Ghostscript)", _eps_with_preview, {}, "not_media"),
@@ -153,3 +157,15 @@ def test_a_file_that_cannot_be_processed_fails_its_job_once_with_its_code(run_jo
 def test_demuxers_that_open_other_files_are_never_allowed():
     assert not ALLOWED_CONTAINERS & {"hls", "concat", "image2", "tee", "http", "data", "lavfi", "ffmetadata", "srt",
                                      "ass", "webvtt"}
+
+
+def test_a_file_whose_timestamps_claim_hours_earns_no_longer_time_limit(run_job, tmp_path: Path):
+    """What used to lift the limit: the probe's estimate from the claimed
+    duration, on the retry after the first attempt's soft time limit. The
+    job fails at its first attempt, and the probe records no estimate."""
+    from uploads.services import job_time_limits
+
+    src = timestamped(tmp_path / "gap.mkv", [0, 0.04, 14_000])
+    job = run_job(src)
+    assert (job.status, job.error_code, job.attempts) == ("failed", "sparse_media", 1)
+    assert job.media_info == {} and job_time_limits(job)["soft_time_limit"] < 600

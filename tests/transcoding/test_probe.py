@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.media import ffmpeg, make_video, rotated
+from tests.media import ffmpeg, make_video, rotated, timestamped
 from transcoding.errors import MediaError
 from transcoding.probe import probe_file
 
@@ -92,3 +92,37 @@ def test_decoders_off_the_allow_list_are_never_opened_not_even_for_unused_stream
                           "-"], capture_output=True, text=True)
     assert run.returncode == 0 and refused in run.stderr, run.stderr
     assert probe_file(tmp_path / "both.mkv").kind == "video"  # and the file itself is fine
+
+
+# Four hours (the duration limit) minus a little: what the truncation check
+# and the duration limit both let through.
+_HOURS_S = 14_000.0
+
+
+@pytest.mark.parametrize(("name", "frames_at_s", "audio_at_s"), [
+    ("gap.mkv", [0, 0.04, 0.08, _HOURS_S], []),
+    ("gap.mp4", [0, 0.04, 0.08, _HOURS_S], []),
+    ("clip-then-far-frame.mkv", [n / 25 for n in range(50)] + [_HOURS_S], []),
+    ("audio-gap.mkv", [0, 0.04, 0.08], [0, 1024 / 48000, _HOURS_S]),
+], ids=["two frames hours apart (mkv)", "two frames hours apart (mp4)", "a clip, then one frame hours later",
+        "two audio packets hours apart"])
+def test_a_few_packets_whose_timestamps_claim_hours_are_refused(tmp_path: Path, name, frames_at_s, audio_at_s):
+    """The ladder's constant frame rate fills gaps with repeated frames and
+    the audio resampler with silence: the work must follow what the file
+    holds, not what its timestamps say."""
+    src = timestamped(tmp_path / name, frames_at_s, audio_at_s=audio_at_s)
+    assert src.stat().st_size < 8_000
+    with pytest.raises(MediaError) as caught:
+        probe_file(src)
+    assert caught.value.code == "sparse_media", caught.value.message
+
+
+@pytest.mark.parametrize(("name", "frames_at_s", "audio_at_s"), [
+    # A still picture over continuous sound (podcasts, music): the audio backs the length.
+    ("still.mkv", [0], [n * 1024 / 48000 for n in range(round(20 * 48000 / 1024))]),
+    # A clip that pauses on one frame for a few seconds (variable frame rate).
+    ("pause.mkv", [n / 25 for n in range(50)] + [2.0 + n / 25 for n in range(50)] + [9.0], []),
+], ids=["a still picture over 20 s of sound", "a clip that holds a frame for 5 s"])
+def test_media_whose_packets_back_its_length_passes(tmp_path: Path, name, frames_at_s, audio_at_s):
+    probe = probe_file(timestamped(tmp_path / name, frames_at_s, audio_at_s=audio_at_s))
+    assert probe.kind == "video" and probe.duration_s > 8
