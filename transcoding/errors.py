@@ -2,6 +2,8 @@
 they fail the job at once with a code the user can act on, never retry."""
 from __future__ import annotations
 
+import errno
+
 from uploads.errors import JobError
 
 
@@ -18,3 +20,15 @@ def reason(exc: BaseException) -> str:
     if strerror:
         return strerror[:1].upper() + strerror[1:]
     return str(exc) or type(exc).__name__
+
+
+def decoder_failure(code: str, message: str, exc: BaseException) -> Exception:
+    """What a decoder's error means for the job: MemoryError when it ran out
+    of memory (in a decoding child: the budget of transcoding/sandbox.py, so
+    `resource_limit`), else MediaError(code, message). Decoders report that
+    in their own ways: libav as ENOMEM, or EAGAIN when a decoding thread
+    cannot get its stack; Pillow as an OSError "out of memory when reading
+    image file"."""
+    if getattr(exc, "errno", None) in (errno.ENOMEM, errno.EAGAIN) or "out of memory" in str(exc):
+        return MemoryError(str(exc))
+    return MediaError(code, message)

@@ -11,14 +11,15 @@ never exceed the source, each in WebP (keeping transparency) and JPEG
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 
 from django.conf import settings
 from PIL import Image, ImageCms, ImageOps
 
-from transcoding import ffmpeg, ladder
-from transcoding.errors import MediaError, reason
-from transcoding.probe import ALLOWED_IMAGE_FORMATS, Probe
+from transcoding import ffmpeg, ladder, sandbox
+from transcoding.errors import decoder_failure, reason
+from transcoding.probe import ALLOWED_IMAGE_FORMATS, Limits, Probe, configured_limits
 from transcoding.produced import ProgressFn, Produced
 
 # Longest edge of each variant, largest first (each is made from the previous).
@@ -32,13 +33,28 @@ _SRGB = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB"))
 _PROFILE_MODES = {"RGB ": ("RGB", "RGBA"), "CMYK": ("CMYK",), "GRAY": ("L",)}
 
 
+# Wall time for one still image's child: a picture at the pixel limit takes
+# a few seconds to decode, convert and save six times.
+STILL_TIMEOUT_S = 300.0
+
+
 def image(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> list[Produced]:
     if probe.animated:
         return _animation(src, workdir, probe, on_progress)
+    # Pillow decodes in a child (transcoding/sandbox.py) within a memory budget.
+    return sandbox.run(still, src, workdir, configured_limits(), timeout_s=STILL_TIMEOUT_S,
+                       memory_bytes=settings.FAIRLANE_DECODE_MAX_BYTES)
+
+
+def still(src: Path, workdir: Path, limits: Limits) -> list[Produced]:
+    """The variants of a still image (in the decoding child)."""
+    Image.MAX_IMAGE_PIXELS = limits.max_pixels  # as the probe: ours decides, Pillow only stops beyond twice it
     try:
-        img = Image.open(src, formats=ALLOWED_IMAGE_FORMATS)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(src, formats=ALLOWED_IMAGE_FORMATS)
     except (OSError, SyntaxError, ValueError) as exc:
-        raise MediaError("decode_failed", f"The image could not be opened: {reason(exc)}.") from exc
+        raise decoder_failure("decode_failed", f"The image could not be opened: {reason(exc)}.", exc) from exc
     # The variants are made before the file is closed: the decoded pixels may
     # be `img`'s own (no copy), and closing an image drops them.
     with img:
@@ -56,7 +72,7 @@ def _upright_srgb(img: Image.Image) -> Image.Image:
         return to_srgb(img, icc)
     except (OSError, SyntaxError, ValueError) as exc:
         code = "truncated" if "truncated" in str(exc) else "decode_failed"
-        raise MediaError(code, f"The image could not be decoded: {reason(exc)}.") from exc
+        raise decoder_failure(code, f"The image could not be decoded: {reason(exc)}.", exc) from exc
 
 
 def _variants(rgb: Image.Image, workdir: Path) -> list[Produced]:

@@ -23,9 +23,13 @@ scan and before any frame is decoded, so a crafted header cannot make the
 probe itself read hours of packets or decode a gigapixel frame.
 
 For audio and video the probe also reads every packet once (no decoding: a
-few seconds for hours of media) to catch truncated files before spending CPU
-on them, and decodes the first video frame for what only frames carry:
-display rotation, interlacing and colour transfer.
+few seconds for hours of media) to catch truncated files, and timestamps
+that claim more than the packets hold, before spending CPU on them, and
+decodes the first video frame for what only frames carry: display
+rotation, interlacing and colour transfer.
+
+All of it runs in a decoding child with a memory budget
+(transcoding/sandbox.py), never in the worker process.
 """
 from __future__ import annotations
 
@@ -41,7 +45,8 @@ import pillow_heif
 from django.conf import settings
 from PIL import Image, UnidentifiedImageError
 
-from transcoding.errors import MediaError, reason
+from transcoding import sandbox
+from transcoding.errors import MediaError, decoder_failure, reason
 
 pillow_heif.register_heif_opener()  # HEIC/HEIF photos from phones open in Pillow
 
@@ -167,7 +172,33 @@ def _looks_like_text(head: bytes) -> bool:
     return printable / len(head) > 0.95
 
 
+@dataclass(frozen=True)
+class Limits:
+    """The configured limits, handed to the decoding child: it does not read
+    Django's settings (what a deploy or a test overrides lives in the worker)."""
+
+    max_pixels: int
+    max_duration_s: float
+
+
+def configured_limits() -> Limits:
+    return Limits(max_pixels=settings.FAIRLANE_MAX_PIXELS, max_duration_s=settings.FAIRLANE_MAX_DURATION_S)
+
+
+# Wall time for the probe's child: reading every packet of a 2 GiB upload
+# takes seconds from a local disk; this is for a slow disk and a busy machine.
+PROBE_TIMEOUT_S = 600.0
+
+
 def probe_file(path: Path) -> Probe:
+    """What the file is, decided in a decoding child (transcoding/sandbox.py):
+    Pillow's and libavformat's parsers, the packet scan and the first-frame
+    decode run there, within FAIRLANE_DECODE_MAX_BYTES of memory."""
+    return sandbox.run(_probe, path, configured_limits(), timeout_s=PROBE_TIMEOUT_S,
+                       memory_bytes=settings.FAIRLANE_DECODE_MAX_BYTES)
+
+
+def _probe(path: Path, limits: Limits) -> Probe:
     size = os.path.getsize(path)
     if size == 0:
         raise MediaError("empty_file", "The file is empty (0 bytes).")
@@ -177,16 +208,16 @@ def probe_file(path: Path) -> Probe:
         return Probe(kind="pdf", container="pdf")
     if _looks_like_text(head):
         raise MediaError("not_media", "The file is text, not a video, audio, image or PDF file.")
-    image = _probe_image(path)
+    image = _probe_image(path, limits)
     if image is not None:
         return image
-    return _probe_av(path)
+    return _probe_av(path, limits)
 
 
-def _probe_image(path: Path) -> Probe | None:
+def _probe_image(path: Path, limits: Limits) -> Probe | None:
     # Pillow warns above its limit and refuses above twice it; ours decides
     # instead (a legal 48 MP photo is no bomb, and raising our limit must work).
-    Image.MAX_IMAGE_PIXELS = settings.FAIRLANE_MAX_PIXELS
+    Image.MAX_IMAGE_PIXELS = limits.max_pixels
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # limits_check below decides
@@ -197,10 +228,10 @@ def _probe_image(path: Path) -> Probe | None:
                 return None  # read as video by libavformat, delivered as an MP4 loop
             probe = Probe(kind="image", container=fmt, width=img.width, height=img.height)
     except Image.DecompressionBombError as exc:
-        raise MediaError("too_large", f"Pictures above {settings.FAIRLANE_MAX_PIXELS} pixels are not accepted.") from exc
+        raise MediaError("too_large", f"Pictures above {limits.max_pixels} pixels are not accepted.") from exc
     except (UnidentifiedImageError, OSError, ValueError):
         return None
-    limits_check(probe)  # from the header: nothing is decoded yet
+    limits_check(probe, limits)  # from the header: nothing is decoded yet
     return probe
 
 
@@ -239,17 +270,17 @@ def _probe_options() -> dict[str, str]:
     return options
 
 
-def limits_check(probe: Probe) -> None:
+def limits_check(probe: Probe, limits: Limits) -> None:
     """Refuse media above the configured duration and pixel limits. The
     pixel limit is what stops decompression bombs (a few KB of PNG or H.264
     that decode to gigabytes), so it must run before anything is decoded."""
-    if probe.duration_s > settings.FAIRLANE_MAX_DURATION_S:
+    if probe.duration_s > limits.max_duration_s:
         raise MediaError(
-            "too_long", f"Media longer than {int(settings.FAIRLANE_MAX_DURATION_S)} s is not accepted "
+            "too_long", f"Media longer than {int(limits.max_duration_s)} s is not accepted "
             f"(this one is {int(probe.duration_s)} s).",
         )
-    if (probe.width or 0) * (probe.height or 0) > settings.FAIRLANE_MAX_PIXELS:
-        raise MediaError("too_large", f"Pictures above {settings.FAIRLANE_MAX_PIXELS} pixels are not accepted "
+    if (probe.width or 0) * (probe.height or 0) > limits.max_pixels:
+        raise MediaError("too_large", f"Pictures above {limits.max_pixels} pixels are not accepted "
                                       f"(this one is {probe.width}x{probe.height}).")
 
 
@@ -315,13 +346,14 @@ def _codec_allowed(stream_type: str, codec: str) -> bool:
     return codec in ALLOWED_AUDIO_CODECS or codec.startswith(ALLOWED_AUDIO_CODEC_PREFIXES)
 
 
-def _probe_av(path: Path) -> Probe:
+def _probe_av(path: Path, limits: Limits) -> Probe:
     try:
         container = av.open(str(path), options=_probe_options())
     except av.error.ArgumentError as exc:  # EINVAL: libavformat's "format not on whitelist"
         raise MediaError("unsupported_container", "Files in this format are not accepted.") from exc
     except (av.error.FFmpegError, UnicodeDecodeError) as exc:
-        raise MediaError("not_media", "The file is not a video, audio, image or PDF file we can read.") from exc
+        raise decoder_failure("not_media", "The file is not a video, audio, image or PDF file we can read.",
+                              exc) from exc
     with container:
         name = container.format.name.split(",")[0]
         if name not in ALLOWED_CONTAINERS:
@@ -346,7 +378,7 @@ def _probe_av(path: Path) -> Probe:
                       audio_index=audios.index(audio) if audio is not None else None)
         if video is not None:
             _describe_video(probe, video)
-        limits_check(probe)  # from the header, before reading packets or decoding
+        limits_check(probe, limits)  # from the header, before reading packets or decoding
         # How much of the timeline one packet may back, by stream.
         holds = {s.index: MAX_FRAME_REPEAT / probe.frame_rate if s is video else MAX_AUDIO_PACKET_S
                  for s in (video, audio) if s is not None}
@@ -362,7 +394,7 @@ def _probe_av(path: Path) -> Probe:
         # A header may under-declare: the media present is what ffmpeg will
         # decode, so it is what the duration limit and time limits go by.
         probe.duration_s = max(declared, played)
-        limits_check(probe)
+        limits_check(probe, limits)
         if video is not None:
             _read_first_frame(probe, path, video.index)
             if name == "gif":
@@ -433,7 +465,7 @@ def _scan_packets(container, holds: dict[int, float]) -> _Contents:
             stop = float((packet.pts + (packet.duration or 0)) * stream.time_base - start[index])
             contents.played_s = max(contents.played_s, stop)
     except av.error.FFmpegError as exc:
-        raise MediaError("truncated", f"The file is damaged or cut off: {reason(exc)}.") from exc
+        raise decoder_failure("truncated", f"The file is damaged or cut off: {reason(exc)}.", exc) from exc
     contents.backed_s = max(backed.values())
     return contents
 
@@ -445,7 +477,7 @@ def _read_first_frame(probe: Probe, path: Path, stream_index: int) -> None:
             frame = next(container.decode(container.streams[stream_index]), None)
             field_order, stream_trc = ctx.field_order, ctx.color_trc
     except av.error.FFmpegError as exc:
-        raise MediaError("decode_failed", f"The video could not be decoded: {reason(exc)}.") from exc
+        raise decoder_failure("decode_failed", f"The video could not be decoded: {reason(exc)}.", exc) from exc
     if frame is None:
         raise MediaError("decode_failed", "The video has no decodable frame.")
     probe.rotation = int(round(frame.rotation or 0)) % 360

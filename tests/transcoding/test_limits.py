@@ -108,6 +108,41 @@ def test_ffmpeg_dies_with_the_worker_process_that_started_it(tmp_path: Path, doi
         parent.wait()
 
 
+# A decoding child (transcoding/sandbox.py) asleep for an hour: its parent is
+# the worker's fork server, whose parent is the worker.
+_SANDBOX_PARENT = """
+import time
+from transcoding import sandbox
+sandbox.run(time.sleep, 3600, timeout_s=7200, memory_bytes=2**30)
+"""
+
+
+def _fork_server_of(pid: int) -> int | None:
+    for child in _children(pid):
+        try:
+            if b"transcoding.sandbox_server" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return child
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def test_a_decoding_child_and_its_fork_server_die_with_the_worker_process():
+    parent = _start(_SANDBOX_PARENT)
+    try:
+        server = _wait_for(lambda: _fork_server_of(parent.pid), timeout_s=60, what="the fork server to start")
+        child = _wait_for(lambda: next(iter(_children(server)), None), timeout_s=60, what="a decoding child")
+        try:
+            _kill_parent_then_wait_for_the_child(parent, child)
+            _wait_for(lambda: not _running(server), timeout_s=30, what="the fork server to die with the worker")
+        finally:
+            if _running(server):
+                os.kill(server, signal.SIGKILL)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
 # A parent that forks a child and exits before the child asks to die with
 # it: the race PR_SET_PDEATHSIG leaves open (the kernel then has no parent
 # to watch, so the child must notice by itself). The child waits until it
