@@ -361,6 +361,13 @@ def _probe_av(path: Path, limits: Limits) -> Probe:
         if name == "mov" and mov_external_references(path):
             raise MediaError("external_reference", "The file is a reference movie: its media is in other files, "
                                                    "which are never opened. Export it self-contained and upload that.")
+        # A track in a codec libavcodec does not know at all has no decoder
+        # context: not a file we can read, whatever its other tracks hold.
+        unknown = next((s for s in (*container.streams.video, *container.streams.audio) if s.codec_context is None),
+                       None)
+        if unknown is not None:
+            raise MediaError("unsupported_codec", f"The file has a {unknown.type} track in a codec that is not "
+                                                  f"accepted.")
         # Cover art in music files is a one-picture "video" stream; it is not video.
         videos = [s for s in container.streams.video
                   if s.codec_context.width and not s.disposition & av.stream.Disposition.attached_pic]

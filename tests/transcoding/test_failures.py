@@ -93,6 +93,17 @@ def _pillow_saves(fmt: str, name: str, mode: str = "RGB") -> Callable[[Path], Pa
     return make
 
 
+def _unknown_codec(old: bytes, new: bytes) -> Callable[[Path], Path]:
+    """An MKV whose track names a codec nobody knows (its CodecID rewritten)."""
+    def make(tmp: Path) -> Path:
+        data = make_video(tmp / "clip.mkv", seconds=0.5).read_bytes()
+        assert old in data and len(old) == len(new)
+        (tmp / "odd.mkv").write_bytes(data.replace(old, new))
+        return tmp / "odd.mkv"
+
+    return make
+
+
 def _subtitles_only(tmp: Path) -> Path:
     (tmp / "words.srt").write_text("1\n00:00:00,000 --> 00:00:01,000\nhello\n")
     ffmpeg("-i", str(tmp / "words.srt"), str(tmp / "words.mkv"))
@@ -124,6 +135,9 @@ CASES = [
     ("a codec off the allow-list", lambda tmp: make_video(tmp / "odd.mkv", seconds=0.2, audio=False,
                                                           video_args=("-c:v", "ffvhuff")), {}, "unsupported_codec"),
     ("subtitles and nothing else", _subtitles_only, {}, "no_media_streams"),
+    ("a video track in a codec nobody knows", _unknown_codec(b"V_MPEG4/ISO/AVC", b"V_FAIRLANE/NOPE"), {},
+     "unsupported_codec"),
+    ("an audio track in a codec nobody knows", _unknown_codec(b"A_AAC", b"A_ZZZ"), {}, "unsupported_codec"),
     # 2 KB whose last frame is at 14,000 s: without the check, hours of
     # repeated frames, and a retry with a time limit lifted to match.
     ("a few KB whose timestamps claim four hours", lambda tmp: timestamped(tmp / "gap.mkv", [0, 0.04, 14_000]), {},
