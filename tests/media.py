@@ -75,6 +75,25 @@ def timestamped(path: Path, frames_at_s: list[float], *, audio_at_s: list[float]
     return path
 
 
+def one_page_pdf(path: Path, contents: bytes, *, page: bytes = b"/Type /Page /MediaBox [0 0 612 792]") -> Path:
+    """A PDF written by hand: one page (its dictionary's entries `page`)
+    drawing `contents`, Flate-compressed, so a few bytes can ask a lot."""
+    import zlib
+
+    stream = zlib.compress(contents, 9)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< %s /Parent 2 0 R /Contents 4 0 R >>" % page,
+               b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(stream), stream)]
+    body, offsets = b"%PDF-1.7\n", []
+    for number, obj in enumerate(objects, 1):
+        offsets.append(len(body))
+        body += b"%d 0 obj\n%s\nendobj\n" % (number, obj)
+    xref = b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1) + b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    trailer = b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, len(body))
+    path.write_bytes(body + xref + trailer)
+    return path
+
+
 def rotated(src: Path, dst: Path, degrees: int) -> Path:
     """The same stream with a display matrix, as phones write portrait video."""
     ffmpeg("-display_rotation", str(degrees), "-i", str(src), "-c", "copy", str(dst))

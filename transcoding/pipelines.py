@@ -94,10 +94,12 @@ def pdf_thumbnail(src: Path, workdir: Path) -> list[Produced]:
         pages = len(doc)
         if pages == 0:
             raise MediaError("decode_failed", "The PDF has no pages.")
-        page = doc[0]
+        page = doc[0]  # a broken page dictionary fails here, not at the open
         scale = PDF_THUMBNAIL_EDGE / max(page.get_width(), page.get_height())
         thumb = page.render(scale=scale).to_pil().convert("RGB")
         thumb.save(workdir / "thumbnail.webp", "WEBP", quality=82)
+    except pypdfium2.PdfiumError as exc:
+        raise decoder_failure("decode_failed", f"The PDF's first page could not be read: {reason(exc)}", exc) from exc
     finally:
         doc.close()
     return [Produced("thumbnail", "thumbnail.webp", "image/webp",

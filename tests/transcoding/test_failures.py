@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.media import ffmpeg, make_video, timestamped
+from tests.media import ffmpeg, make_video, one_page_pdf, timestamped
 from transcoding.probe import ALLOWED_CONTAINERS
 
 pytestmark = pytest.mark.django_db
@@ -117,6 +117,8 @@ CASES = [
      "not_media"),
     ("text named .mov", _write("notes.mov", b"Meeting notes\n\n- ship it\n" * 20), {}, "not_media"),
     ("a PDF header on junk", _write("doc.pdf", b"%PDF-1.7\n" + bytes(range(256)) * 8), {}, "decode_failed"),
+    ("a PDF whose first page is not a page", lambda tmp: one_page_pdf(tmp / "doc.pdf", b"", page=b"/Type /Pagx"), {},
+     "decode_failed"),
     ("a video cut in half", _cut_video, {}, "truncated"),
     ("a JPEG cut off", _cut_jpeg, {}, "truncated"),
     ("a PNG bomb beyond twice the pixel limit", _bomb(14000), {}, "too_large"),

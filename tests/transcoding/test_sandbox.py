@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import time
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from tests.media import make_video
+from tests.media import make_video, one_page_pdf
 from transcoding import probe, sandbox
 from transcoding.errors import MediaError
 
@@ -21,27 +20,11 @@ pytestmark = pytest.mark.django_db
 MiB = 1024**2
 
 
-def _pdf(path: Path, contents: bytes) -> Path:
-    """A one-page PDF whose page draws `contents` (Flate-compressed)."""
-    stream = zlib.compress(contents, 9)
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
-               b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(stream), stream)]
-    body, offsets = b"%PDF-1.7\n", []
-    for number, obj in enumerate(objects, 1):
-        offsets.append(len(body))
-        body += b"%d 0 obj\n%s\nendobj\n" % (number, obj)
-    xref = b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1) + b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    trailer = b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, len(body))
-    path.write_bytes(body + xref + trailer)
-    return path
-
-
 def _shapes_pdf(count: int) -> Callable[[Path], Path]:
     """A page of `count` one-point squares: pdfium builds an object for each
     before it renders anything (about 350 bytes each), from about 25 bytes
     of file per 1,000 of them."""
-    return lambda tmp: _pdf(tmp / "shapes.pdf", b"0 0 1 1 re f\n" * count)
+    return lambda tmp: one_page_pdf(tmp / "shapes.pdf", b"0 0 1 1 re f\n" * count)
 
 
 def _big_png(tmp: Path) -> Path:
