@@ -88,7 +88,8 @@ def one_page_pdf(path: Path, contents: bytes, *, page: bytes = b"/Type /Page /Me
     for number, obj in enumerate(objects, 1):
         offsets.append(len(body))
         body += b"%d 0 obj\n%s\nendobj\n" % (number, obj)
-    xref = b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1) + b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    xref = (b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+            + b"".join(b"%010d 00000 n \n" % o for o in offsets))
     trailer = b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, len(body))
     path.write_bytes(body + xref + trailer)
     return path

@@ -53,7 +53,7 @@ def still(src: Path, workdir: Path, limits: Limits) -> list[Produced]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             img = Image.open(src, formats=ALLOWED_IMAGE_FORMATS)
-    except (OSError, SyntaxError, ValueError) as exc:
+    except (OSError, SyntaxError, ValueError, RuntimeError) as exc:  # RuntimeError: AVIF, HEIF
         raise decoder_failure("decode_failed", f"The image could not be opened: {reason(exc)}.", exc) from exc
     # The variants are made before the file is closed: the decoded pixels may
     # be `img`'s own (no copy), and closing an image drops them.
@@ -70,7 +70,7 @@ def _upright_srgb(img: Image.Image) -> Image.Image:
         icc = img.info.get("icc_profile")
         ImageOps.exif_transpose(img, in_place=True)
         return to_srgb(img, icc)
-    except (OSError, SyntaxError, ValueError) as exc:
+    except (OSError, SyntaxError, ValueError, RuntimeError) as exc:  # RuntimeError: AVIF, HEIF
         code = "truncated" if "truncated" in str(exc) else "decode_failed"
         raise decoder_failure(code, f"The image could not be decoded: {reason(exc)}.", exc) from exc
 

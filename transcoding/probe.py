@@ -231,6 +231,10 @@ def _probe_image(path: Path, limits: Limits) -> Probe | None:
         raise MediaError("too_large", f"Pictures above {limits.max_pixels} pixels are not accepted.") from exc
     except (UnidentifiedImageError, OSError, ValueError):
         return None
+    except RuntimeError as exc:
+        # Pillow tries the next plugin on the errors above; the AVIF and HEIF
+        # decoders raise this once the file is theirs and cannot be read.
+        raise decoder_failure("decode_failed", f"The image could not be decoded: {reason(exc)}.", exc) from exc
     limits_check(probe, limits)  # from the header: nothing is decoded yet
     return probe
 

@@ -85,6 +85,17 @@ def _eps_with_preview(tmp: Path) -> Path:
     return tmp / "drawing.eps"
 
 
+def _avif_of_85_bit_samples(tmp: Path) -> Path:
+    """An AVIF whose pixel-information box claims 85 bits a sample: Pillow's
+    AVIF plugin takes the file, and its decoder then gives up."""
+    Image.new("RGB", (64, 48), "teal").save(tmp / "photo.avif", "AVIF")
+    data = bytearray((tmp / "photo.avif").read_bytes())
+    depths = data.index(b"pixi") + 4 + 4 + 1  # box type, version and flags, channel count
+    data[depths] = 85
+    (tmp / "odd.avif").write_bytes(bytes(data))
+    return tmp / "odd.avif"
+
+
 def _pillow_saves(fmt: str, name: str, mode: str = "RGB") -> Callable[[Path], Path]:
     def make(tmp: Path) -> Path:
         Image.new(mode, (64, 48), "teal").save(tmp / name, fmt)
@@ -155,6 +166,7 @@ CASES = [
     ("a JPEG 2000 image", _pillow_saves("JPEG2000", "scan.jp2"), {}, "unsupported_container"),
     ("a SPIDER image", _pillow_saves("SPIDER", "cryo.spi", mode="F"), {}, "not_media"),
     ("an ICNS icon", _pillow_saves("ICNS", "app.icns"), {}, "not_media"),
+    ("an AVIF its decoder gives up on", _avif_of_85_bit_samples, {}, "decode_failed"),
 ]
 
 
