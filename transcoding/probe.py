@@ -109,9 +109,12 @@ MAX_AUDIO_PACKET_S = 1.0
 # everything beyond is refused before any decoding.
 MIN_BACKED_SHARE = 0.5
 UNBACKED_SLACK_S = 10.0
-# A source rate to believe: above it (or none), the ladder's DEFAULT_FPS.
+# A source rate to believe: above it (or none), DEFAULT_FPS is assumed.
 MAX_PLAUSIBLE_FPS = 1000.0
 DEFAULT_FPS = 30.0
+# The ladder's output rate never exceeds this (transcoding/ladder.py); frame
+# repeats are counted at the rate it will output.
+MAX_OUTPUT_FPS = 60.0
 
 _TEXT_SNIFF_BYTES = 4096
 
@@ -391,8 +394,8 @@ def _probe_av(path: Path, limits: Limits) -> Probe:
             _describe_video(probe, video)
         limits_check(probe, limits)  # from the header, before reading packets or decoding
         # How much of the timeline one packet may back, by stream.
-        holds = {s.index: MAX_FRAME_REPEAT / probe.frame_rate if s is video else MAX_AUDIO_PACKET_S
-                 for s in (video, audio) if s is not None}
+        holds = {s.index: MAX_FRAME_REPEAT / min(probe.frame_rate, MAX_OUTPUT_FPS) if s is video
+                 else MAX_AUDIO_PACKET_S for s in (video, audio) if s is not None}
         contents = _scan_packets(container, holds)
         probe.frames, played = contents.frames, contents.played_s
         if declared > 1.0 and played < TRUNCATED_BELOW * declared:
