@@ -395,6 +395,11 @@ FAIRLANE_IDEMPOTENCY_TTL_S = int(os.environ.get("FAIRLANE_IDEMPOTENCY_TTL_S", st
 # Limits that make a file fail cleanly instead of exhausting the machine.
 FAIRLANE_MAX_DURATION_S = float(os.environ.get("FAIRLANE_MAX_DURATION_S", str(4 * 3600)))
 FAIRLANE_MAX_PIXELS = int(os.environ.get("FAIRLANE_MAX_PIXELS", str(8192 * 8192)))
+# Address space a decoding child (Pillow, pdfium, the probe:
+# transcoding/sandbox.py) may add to what it starts with; beyond it the file
+# fails `resource_limit`. The hungriest legitimate file measured, an RGBA PNG
+# at the pixel limit with an ICC profile, peaks at 830 MiB.
+FAIRLANE_DECODE_MAX_BYTES = int(os.environ.get("FAIRLANE_DECODE_MAX_BYTES", str(2 * 1024**3)))
 # ffmpeg threads per job: lane concurrency x threads should match the cores.
 FAIRLANE_FFMPEG_THREADS = int(os.environ.get("FAIRLANE_FFMPEG_THREADS", "1"))
 # Signed output links stay valid this long.

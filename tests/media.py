@@ -46,6 +46,55 @@ def make_video(
     return path
 
 
+def timestamped(path: Path, frames_at_s: list[float], *, audio_at_s: list[float] = (), size=(160, 120)) -> Path:
+    """A real file (PyAV, x264 and AAC) holding one video frame at each of
+    `frames_at_s` and one 1024-sample block of silence at each of
+    `audio_at_s`, whatever the gaps between them: how a crafted file makes
+    a few packets claim hours."""
+    from fractions import Fraction
+
+    with av.open(str(path), "w") as out:
+        video = out.add_stream("libx264", rate=25)
+        video.width, video.height, video.pix_fmt = *size, "yuv420p"
+        video.codec_context.time_base = Fraction(1, 1000)
+        audio = out.add_stream("aac", rate=48000, layout="mono") if audio_at_s else None
+        for n, at in enumerate(frames_at_s):
+            frame = av.VideoFrame(*size, "yuv420p")
+            for plane in frame.planes:
+                plane.update(bytes([n * 40 % 256]) * plane.buffer_size)
+            frame.pts, frame.time_base = round(at * 1000), Fraction(1, 1000)
+            out.mux(video.encode(frame))
+        out.mux(video.encode())
+        for at in audio_at_s:
+            block = av.AudioFrame(format="fltp", layout="mono", samples=1024)
+            block.planes[0].update(bytes(block.planes[0].buffer_size))
+            block.sample_rate, block.pts, block.time_base = 48000, round(at * 48000), Fraction(1, 48000)
+            out.mux(audio.encode(block))
+        if audio is not None:
+            out.mux(audio.encode())
+    return path
+
+
+def one_page_pdf(path: Path, contents: bytes, *, page: bytes = b"/Type /Page /MediaBox [0 0 612 792]") -> Path:
+    """A PDF written by hand: one page (its dictionary's entries `page`)
+    drawing `contents`, Flate-compressed, so a few bytes can ask a lot."""
+    import zlib
+
+    stream = zlib.compress(contents, 9)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< %s /Parent 2 0 R /Contents 4 0 R >>" % page,
+               b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(stream), stream)]
+    body, offsets = b"%PDF-1.7\n", []
+    for number, obj in enumerate(objects, 1):
+        offsets.append(len(body))
+        body += b"%d 0 obj\n%s\nendobj\n" % (number, obj)
+    xref = (b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+            + b"".join(b"%010d 00000 n \n" % o for o in offsets))
+    trailer = b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, len(body))
+    path.write_bytes(body + xref + trailer)
+    return path
+
+
 def rotated(src: Path, dst: Path, degrees: int) -> Path:
     """The same stream with a display matrix, as phones write portrait video."""
     ffmpeg("-display_rotation", str(degrees), "-i", str(src), "-c", "copy", str(dst))

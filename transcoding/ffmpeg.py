@@ -9,14 +9,15 @@
   tracks are never mapped) and copies no metadata or chapters from the
   source: camera positions and whatever text a file carries stay behind.
 - ffmpeg runs in its own session (process group) with CPU-time and
-  address-space limits; on timeout or cancel the whole group is killed.
+  address-space limits; on timeout or cancel the whole group is killed, and
+  it dies with the worker process that started it (transcoding/limits.py).
 - Progress comes from `-progress pipe:1` (key=value lines about twice a
   second); the callback is throttled to about once a second.
 """
 from __future__ import annotations
 
 import os
-import resource
+import re
 import signal
 import subprocess
 import tempfile
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import imageio_ffmpeg
 
+from transcoding import limits
 from transcoding.errors import MediaError
 from transcoding.probe import DEMUXER_OPTIONS, open_options
 
@@ -43,10 +45,13 @@ def timeout_for(duration_s: float) -> float:
 
 
 def _limits(cpu_seconds: int) -> Callable[[], None]:
+    """The child's set-up between fork and exec. `run` waits for ffmpeg in
+    the thread that starts it, which is what the parent-death signal watches."""
+    parent = os.getpid()
+
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        limits.die_with_parent(parent)
+        limits.set_limits(address_space_bytes=ADDRESS_SPACE_LIMIT, cpu_seconds=cpu_seconds)
 
     return apply
 
@@ -60,6 +65,10 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+# ffmpeg's "[component @ 0x55d4c1e0] " before a line: its internals and a
+# memory address, nothing a user can act on (uploads.errors.public_message
+# takes out whatever else names the server).
+_LOG_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)+")
 # After each output file's name-less options: nothing of the source's
 # global or stream metadata, nor its chapters, goes into an output.
 NO_METADATA = ["-map_metadata", "-1", "-map_chapters", "-1"]
@@ -67,12 +76,12 @@ NO_METADATA = ["-map_metadata", "-1", "-map_chapters", "-1"]
 
 def input_args(src: Path, container: str) -> list[str]:
     """The demuxer the probe accepted, forced, with its reference-following
-    options off; only local-file access, and no other demuxer even for what
-    the input opens itself (nested inputs inherit both lists)."""
-    options = open_options()
+    options off; only local-file access, no other demuxer even for what the
+    input opens itself (nested inputs inherit the lists), and only allowed
+    decoders, for the streams used and the ones merely looked at."""
+    whitelists = [arg for key, value in open_options().items() for arg in (f"-{key}", value)]
     pinned = [arg for key, value in DEMUXER_OPTIONS.get(container, {}).items() for arg in (f"-{key}", value)]
-    return ["-protocol_whitelist", options["protocol_whitelist"], "-format_whitelist", options["format_whitelist"],
-            *pinned, "-f", container, "-i", str(src)]
+    return [*whitelists, *pinned, "-f", container, "-i", str(src)]
 
 
 def run(
@@ -125,7 +134,7 @@ def run(
         if proc.returncode != 0:
             errfile.seek(0)
             tail = errfile.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
-            last = tail[-1] if tail else f"exit status {proc.returncode}"
+            last = _LOG_PREFIX.sub("", tail[-1]) if tail else f"exit status {proc.returncode}"
             if proc.returncode < 0:
                 raise MediaError("resource_limit", f"The decoder was stopped by a resource limit (signal {-proc.returncode}).")
             raise MediaError("decode_failed", f"The media could not be decoded: {last}")

@@ -11,14 +11,15 @@ never exceed the source, each in WebP (keeping transparency) and JPEG
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 
 from django.conf import settings
 from PIL import Image, ImageCms, ImageOps
 
-from transcoding import ffmpeg, ladder
-from transcoding.errors import MediaError
-from transcoding.probe import Probe
+from transcoding import ffmpeg, ladder, sandbox
+from transcoding.errors import decoder_failure, reason
+from transcoding.probe import ALLOWED_IMAGE_FORMATS, Limits, Probe, configured_limits
 from transcoding.produced import ProgressFn, Produced
 
 # Longest edge of each variant, largest first (each is made from the previous).
@@ -32,13 +33,28 @@ _SRGB = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB"))
 _PROFILE_MODES = {"RGB ": ("RGB", "RGBA"), "CMYK": ("CMYK",), "GRAY": ("L",)}
 
 
+# Wall time for one still image's child: a picture at the pixel limit takes
+# a few seconds to decode, convert and save six times.
+STILL_TIMEOUT_S = 300.0
+
+
 def image(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> list[Produced]:
     if probe.animated:
         return _animation(src, workdir, probe, on_progress)
+    # Pillow decodes in a child (transcoding/sandbox.py) within a memory budget.
+    return sandbox.run(still, src, workdir, configured_limits(), timeout_s=STILL_TIMEOUT_S,
+                       memory_bytes=settings.FAIRLANE_DECODE_MAX_BYTES)
+
+
+def still(src: Path, workdir: Path, limits: Limits) -> list[Produced]:
+    """The variants of a still image (in the decoding child)."""
+    Image.MAX_IMAGE_PIXELS = limits.max_pixels  # as the probe: ours decides, Pillow only stops beyond twice it
     try:
-        img = Image.open(src)
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise MediaError("decode_failed", f"The image could not be opened: {exc}") from exc
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(src, formats=ALLOWED_IMAGE_FORMATS)
+    except (OSError, SyntaxError, ValueError, RuntimeError) as exc:  # RuntimeError: AVIF, HEIF
+        raise decoder_failure("decode_failed", f"The image could not be opened: {reason(exc)}.", exc) from exc
     # The variants are made before the file is closed: the decoded pixels may
     # be `img`'s own (no copy), and closing an image drops them.
     with img:
@@ -49,14 +65,14 @@ def _upright_srgb(img: Image.Image) -> Image.Image:
     """Decode once, turned upright, in 8-bit sRGB. Copies only when a step
     changes the pixels: a 48 MP scan is 190 MB per copy."""
     try:
-        if img.format == "JPEG":
+        if img.format in ("JPEG", "MPO"):
             img.draft(img.mode, (VARIANTS[0][1], VARIANTS[0][1]))  # decode at 1/2, 1/4, 1/8 when enough
         icc = img.info.get("icc_profile")
         ImageOps.exif_transpose(img, in_place=True)
         return to_srgb(img, icc)
-    except (OSError, SyntaxError, ValueError) as exc:
+    except (OSError, SyntaxError, ValueError, RuntimeError) as exc:  # RuntimeError: AVIF, HEIF
         code = "truncated" if "truncated" in str(exc) else "decode_failed"
-        raise MediaError(code, f"The image could not be decoded: {exc}") from exc
+        raise decoder_failure(code, f"The image could not be decoded: {reason(exc)}.", exc) from exc
 
 
 def _variants(rgb: Image.Image, workdir: Path) -> list[Produced]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transcoding import ffmpeg
-from transcoding.probe import Probe
+from transcoding.probe import MAX_OUTPUT_FPS, Probe
 
 # Rungs by the frame's short side (portrait video gets 1080x1920 at "1080p"),
 # each with a video bitrate ceiling in kbit/s (Apple's HLS authoring
@@ -30,8 +30,6 @@ MP4_MAX_RUNG = 720
 # that 1080p segments compress well. Every segment starts with a keyframe.
 SEGMENT_S = 4
 FULL_HD_PIXELS = 1920 * 1080
-MAX_FPS = 60.0
-DEFAULT_FPS = 30.0
 AUDIO_BITRATE = "128k"
 # The poster is taken this far in (or half-way through shorter clips): the
 # first frame is often black.
@@ -81,8 +79,7 @@ def mp4_rendition(renditions: list[Rendition]) -> Rendition:
 def output_fps(probe: Probe) -> float:
     """Constant output rate: the source's average, capped; VFR phone video
     gets its average rate, so motion speed and audio sync are kept."""
-    fps = probe.fps if 0 < probe.fps <= 1000 else DEFAULT_FPS
-    return round(min(fps, MAX_FPS), 3)
+    return round(min(probe.frame_rate, MAX_OUTPUT_FPS), 3)
 
 
 def normalise(probe: Probe, fps: float) -> list[str]:

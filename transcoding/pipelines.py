@@ -9,8 +9,8 @@ from pathlib import Path
 import pypdfium2
 from django.conf import settings
 
-from transcoding import ffmpeg, images, ladder
-from transcoding.errors import MediaError
+from transcoding import ffmpeg, images, ladder, sandbox
+from transcoding.errors import MediaError, decoder_failure, reason
 from transcoding.probe import Probe
 from transcoding.produced import ProgressFn, Produced, kbps
 
@@ -72,19 +72,34 @@ def audio(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> li
     ]
 
 
+# Wall time for the first page's render: pdfium renders a heavy page (large
+# scans, thousands of vector paths) in seconds.
+PDF_TIMEOUT_S = 120.0
+
+
 def pdf(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> list[Produced]:
+    """The first page's thumbnail and the page count; pdfium parses and
+    renders in a child (transcoding/sandbox.py) within a memory budget."""
+    return sandbox.run(pdf_thumbnail, src, workdir, timeout_s=PDF_TIMEOUT_S,
+                       memory_bytes=settings.FAIRLANE_DECODE_MAX_BYTES)
+
+
+def pdf_thumbnail(src: Path, workdir: Path) -> list[Produced]:
+    """In the decoding child."""
     try:
         doc = pypdfium2.PdfDocument(str(src))
     except pypdfium2.PdfiumError as exc:
-        raise MediaError("decode_failed", f"The PDF could not be read: {exc}") from exc
+        raise decoder_failure("decode_failed", f"The PDF could not be read: {reason(exc)}", exc) from exc
     try:
         pages = len(doc)
         if pages == 0:
             raise MediaError("decode_failed", "The PDF has no pages.")
-        page = doc[0]
+        page = doc[0]  # a broken page dictionary fails here, not at the open
         scale = PDF_THUMBNAIL_EDGE / max(page.get_width(), page.get_height())
         thumb = page.render(scale=scale).to_pil().convert("RGB")
         thumb.save(workdir / "thumbnail.webp", "WEBP", quality=82)
+    except pypdfium2.PdfiumError as exc:
+        raise decoder_failure("decode_failed", f"The PDF's first page could not be read: {reason(exc)}", exc) from exc
     finally:
         doc.close()
     return [Produced("thumbnail", "thumbnail.webp", "image/webp",

@@ -3,11 +3,12 @@ client's Content-Type.
 
 Order matters for safety: before any demuxer sees the file we refuse text
 files (an HLS playlist or an ffconcat list renamed to `.mp4` would make a
-demuxer open other files), then we let Pillow and PDF magic claim images and
-documents, and only then open it with libavformat (PyAV) restricted to the
-local file, and accept only an allow-list of containers and codecs. The
-demuxer name the probe found is what ffmpeg is later forced to use (`-f`), so
-ffmpeg cannot re-detect the file as something else.
+demuxer open other files), then we let PDF magic and Pillow (allowed
+formats only) claim documents and images, and only then open it with
+libavformat (PyAV) restricted to the local file, and accept only an
+allow-list of containers and codecs. The demuxer name the probe found is
+what ffmpeg is later forced to use (`-f`), so ffmpeg cannot re-detect the
+file as something else.
 
 Only the chosen video and audio streams are ever decoded or mapped; subtitle,
 attachment and data streams (timecode and GPS tracks from cameras, fonts and
@@ -22,9 +23,13 @@ scan and before any frame is decoded, so a crafted header cannot make the
 probe itself read hours of packets or decode a gigapixel frame.
 
 For audio and video the probe also reads every packet once (no decoding: a
-few seconds for hours of media) to catch truncated files before spending CPU
-on them, and decodes the first video frame for what only frames carry:
-display rotation, interlacing and colour transfer.
+few seconds for hours of media) to catch truncated files, and timestamps
+that claim more than the packets hold, before spending CPU on them, and
+decodes the first video frame for what only frames carry: display
+rotation, interlacing and colour transfer.
+
+All of it runs in a decoding child with a memory budget
+(transcoding/sandbox.py), never in the worker process.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ import os
 import warnings
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
+from functools import cache
 from pathlib import Path
 
 import av
@@ -39,9 +45,20 @@ import pillow_heif
 from django.conf import settings
 from PIL import Image, UnidentifiedImageError
 
-from transcoding.errors import MediaError
+from transcoding import sandbox
+from transcoding.errors import MediaError, decoder_failure, reason
 
 pillow_heif.register_heif_opener()  # HEIC/HEIF photos from phones open in Pillow
+
+# Pillow plugins we let open user files: what cameras, phones, scanners and
+# the web produce (README, "What comes out"). Pillow would otherwise try
+# each of its 40-odd formats, among them EPS (PostScript, a program, run by
+# Ghostscript when installed) and decoders nobody uploads on purpose. JPEG
+# includes MPO (multi-picture JPEGs from phones: same opener); TIFF is for
+# scans; HEIF is pillow_heif's (HEIC); AVIF is Pillow's own (libavif), and
+# libavformat would otherwise read it as a one-frame AV1 video. Anything
+# else is left to libavformat, whose own allow-list refuses it.
+ALLOWED_IMAGE_FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "TIFF", "HEIF", "AVIF")
 
 # libavformat demuxer names we accept (the first name of the demuxer's list).
 # Anything else, notably hls, concat, image2, tee and every network demuxer,
@@ -74,6 +91,30 @@ HDR_TRANSFERS = {16: "smpte2084", 18: "arib-std-b67"}
 # A file whose packets end before this share of its declared duration is
 # truncated (cut-off downloads keep their header and lose their tail).
 TRUNCATED_BELOW = 0.9
+# Timestamps can claim what the packets do not hold: a few KB with frames at
+# 0 s and 14,000 s pass the checks above, and the ladder's constant frame
+# rate then fills the gap with hours of repeated frames (the audio
+# resampler does the same with silence). The work must follow what the
+# file holds, so each packet backs at most a short stretch of the timeline:
+# a video frame MAX_FRAME_REPEAT frame intervals (a phone's variable-rate
+# clip in low light stretches to 2 or 3; a paused recording longer), an
+# audio packet MAX_AUDIO_PACKET_S (AAC packets are 21 ms; a PCM block of
+# 4096 samples at 8 kHz is half a second).
+MAX_FRAME_REPEAT = 8
+MAX_AUDIO_PACKET_S = 1.0
+# The packets of at least one stream must back this share of the media's
+# length (a still picture over an hour of sound is backed by the sound),
+# beyond a little that may be unbacked anyway (one frame held for a few
+# seconds). So a file's work is at most about twice what it holds:
+# everything beyond is refused before any decoding.
+MIN_BACKED_SHARE = 0.5
+UNBACKED_SLACK_S = 10.0
+# A source rate to believe: above it (or none), DEFAULT_FPS is assumed.
+MAX_PLAUSIBLE_FPS = 1000.0
+DEFAULT_FPS = 30.0
+# The ladder's output rate never exceeds this (transcoding/ladder.py); frame
+# repeats are counted at the rate it will output.
+MAX_OUTPUT_FPS = 60.0
 
 _TEXT_SNIFF_BYTES = 4096
 
@@ -112,6 +153,12 @@ class Probe:
         return asdict(self)
 
     @property
+    def frame_rate(self) -> float:
+        """The source's average frame rate, or DEFAULT_FPS when it gives none
+        worth believing."""
+        return self.fps if 0 < self.fps <= MAX_PLAUSIBLE_FPS else DEFAULT_FPS
+
+    @property
     def display_size(self) -> tuple[int, int]:
         """What a viewer sees: square pixels, rotation applied."""
         sar = Fraction(self.sample_aspect.replace(":", "/")) if self.sample_aspect != "0:1" else Fraction(1)
@@ -128,7 +175,33 @@ def _looks_like_text(head: bytes) -> bool:
     return printable / len(head) > 0.95
 
 
+@dataclass(frozen=True)
+class Limits:
+    """The configured limits, handed to the decoding child: it does not read
+    Django's settings (what a deploy or a test overrides lives in the worker)."""
+
+    max_pixels: int
+    max_duration_s: float
+
+
+def configured_limits() -> Limits:
+    return Limits(max_pixels=settings.FAIRLANE_MAX_PIXELS, max_duration_s=settings.FAIRLANE_MAX_DURATION_S)
+
+
+# Wall time for the probe's child: reading every packet of a 2 GiB upload
+# takes seconds from a local disk; this is for a slow disk and a busy machine.
+PROBE_TIMEOUT_S = 600.0
+
+
 def probe_file(path: Path) -> Probe:
+    """What the file is, decided in a decoding child (transcoding/sandbox.py):
+    Pillow's and libavformat's parsers, the packet scan and the first-frame
+    decode run there, within FAIRLANE_DECODE_MAX_BYTES of memory."""
+    return sandbox.run(_probe, path, configured_limits(), timeout_s=PROBE_TIMEOUT_S,
+                       memory_bytes=settings.FAIRLANE_DECODE_MAX_BYTES)
+
+
+def _probe(path: Path, limits: Limits) -> Probe:
     size = os.path.getsize(path)
     if size == 0:
         raise MediaError("empty_file", "The file is empty (0 bytes).")
@@ -138,38 +211,61 @@ def probe_file(path: Path) -> Probe:
         return Probe(kind="pdf", container="pdf")
     if _looks_like_text(head):
         raise MediaError("not_media", "The file is text, not a video, audio, image or PDF file.")
-    image = _probe_image(path)
+    image = _probe_image(path, limits)
     if image is not None:
         return image
-    return _probe_av(path)
+    return _probe_av(path, limits)
 
 
-def _probe_image(path: Path) -> Probe | None:
+def _probe_image(path: Path, limits: Limits) -> Probe | None:
     # Pillow warns above its limit and refuses above twice it; ours decides
     # instead (a legal 48 MP photo is no bomb, and raising our limit must work).
-    Image.MAX_IMAGE_PIXELS = settings.FAIRLANE_MAX_PIXELS
+    Image.MAX_IMAGE_PIXELS = limits.max_pixels
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # limits_check below decides
-            img = Image.open(path)
+            img = Image.open(path, formats=ALLOWED_IMAGE_FORMATS)
         with img:
             fmt = (img.format or "").lower()
             if fmt == "gif" and getattr(img, "is_animated", False):
                 return None  # read as video by libavformat, delivered as an MP4 loop
             probe = Probe(kind="image", container=fmt, width=img.width, height=img.height)
     except Image.DecompressionBombError as exc:
-        raise MediaError("too_large", f"The image has too many pixels to process safely ({exc}).") from exc
+        raise MediaError("too_large", f"Pictures above {limits.max_pixels} pixels are not accepted.") from exc
     except (UnidentifiedImageError, OSError, ValueError):
         return None
-    limits_check(probe)  # from the header: nothing is decoded yet
+    except RuntimeError as exc:
+        # Pillow tries the next plugin on the errors above; the AVIF and HEIF
+        # decoders raise this once the file is theirs and cannot be read.
+        raise decoder_failure("decode_failed", f"The image could not be decoded: {reason(exc)}.", exc) from exc
+    limits_check(probe, limits)  # from the header: nothing is decoded yet
     return probe
 
 
 def open_options() -> dict[str, str]:
     """libavformat options for every open of a user file: the local file
     only, and only allowed demuxers, so a playlist or concat list that got
-    past the text check is refused before its demuxer reads anything."""
-    return {"protocol_whitelist": "file", "format_whitelist": ",".join(sorted(ALLOWED_CONTAINERS))}
+    past the text check is refused before its demuxer reads anything; and
+    only allowed decoders, because opening a file opens a decoder for every
+    stream to learn its parameters, subtitle and data streams included,
+    whose codecs the probe never checks."""
+    return {"protocol_whitelist": "file", "format_whitelist": ",".join(sorted(ALLOWED_CONTAINERS)),
+            "codec_whitelist": _allowed_decoders()}
+
+
+@cache
+def _allowed_decoders() -> str:
+    """libavcodec's decoder names (h264, mp3float, libdav1d, ...) for the
+    allowed codecs: a whitelist names decoders, not codecs."""
+    names = set()
+    for name in av.codecs_available:
+        try:
+            codec = av.Codec(name, "r")
+        except av.codec.codec.UnknownCodecError:  # an encoder only
+            continue
+        if codec.type in ("video", "audio") and _codec_allowed(codec.type, codec.canonical_name):
+            names.add(name)
+    return ",".join(sorted(names))
 
 
 def _probe_options() -> dict[str, str]:
@@ -181,17 +277,17 @@ def _probe_options() -> dict[str, str]:
     return options
 
 
-def limits_check(probe: Probe) -> None:
+def limits_check(probe: Probe, limits: Limits) -> None:
     """Refuse media above the configured duration and pixel limits. The
     pixel limit is what stops decompression bombs (a few KB of PNG or H.264
     that decode to gigabytes), so it must run before anything is decoded."""
-    if probe.duration_s > settings.FAIRLANE_MAX_DURATION_S:
+    if probe.duration_s > limits.max_duration_s:
         raise MediaError(
-            "too_long", f"Media longer than {int(settings.FAIRLANE_MAX_DURATION_S)} s is not accepted "
+            "too_long", f"Media longer than {int(limits.max_duration_s)} s is not accepted "
             f"(this one is {int(probe.duration_s)} s).",
         )
-    if (probe.width or 0) * (probe.height or 0) > settings.FAIRLANE_MAX_PIXELS:
-        raise MediaError("too_large", f"Pictures above {settings.FAIRLANE_MAX_PIXELS} pixels are not accepted "
+    if (probe.width or 0) * (probe.height or 0) > limits.max_pixels:
+        raise MediaError("too_large", f"Pictures above {limits.max_pixels} pixels are not accepted "
                                       f"(this one is {probe.width}x{probe.height}).")
 
 
@@ -257,13 +353,14 @@ def _codec_allowed(stream_type: str, codec: str) -> bool:
     return codec in ALLOWED_AUDIO_CODECS or codec.startswith(ALLOWED_AUDIO_CODEC_PREFIXES)
 
 
-def _probe_av(path: Path) -> Probe:
+def _probe_av(path: Path, limits: Limits) -> Probe:
     try:
         container = av.open(str(path), options=_probe_options())
     except av.error.ArgumentError as exc:  # EINVAL: libavformat's "format not on whitelist"
         raise MediaError("unsupported_container", "Files in this format are not accepted.") from exc
     except (av.error.FFmpegError, UnicodeDecodeError) as exc:
-        raise MediaError("not_media", "The file is not a video, audio, image or PDF file we can read.") from exc
+        raise decoder_failure("not_media", "The file is not a video, audio, image or PDF file we can read.",
+                              exc) from exc
     with container:
         name = container.format.name.split(",")[0]
         if name not in ALLOWED_CONTAINERS:
@@ -271,6 +368,13 @@ def _probe_av(path: Path) -> Probe:
         if name == "mov" and mov_external_references(path):
             raise MediaError("external_reference", "The file is a reference movie: its media is in other files, "
                                                    "which are never opened. Export it self-contained and upload that.")
+        # A track in a codec libavcodec does not know at all has no decoder
+        # context: not a file we can read, whatever its other tracks hold.
+        unknown = next((s for s in (*container.streams.video, *container.streams.audio) if s.codec_context is None),
+                       None)
+        if unknown is not None:
+            raise MediaError("unsupported_codec", f"The file has a {unknown.type} track in a codec that is not "
+                                                  f"accepted.")
         # Cover art in music files is a one-picture "video" stream; it is not video.
         videos = [s for s in container.streams.video
                   if s.codec_context.width and not s.disposition & av.stream.Disposition.attached_pic]
@@ -288,15 +392,23 @@ def _probe_av(path: Path) -> Probe:
                       audio_index=audios.index(audio) if audio is not None else None)
         if video is not None:
             _describe_video(probe, video)
-        limits_check(probe)  # from the header, before reading packets or decoding
-        probe.frames, played = _scan_packets(container, [s for s in (video, audio) if s is not None])
+        limits_check(probe, limits)  # from the header, before reading packets or decoding
+        # How much of the timeline one packet may back, by stream.
+        holds = {s.index: MAX_FRAME_REPEAT / min(probe.frame_rate, MAX_OUTPUT_FPS) if s is video
+                 else MAX_AUDIO_PACKET_S for s in (video, audio) if s is not None}
+        contents = _scan_packets(container, holds)
+        probe.frames, played = contents.frames, contents.played_s
         if declared > 1.0 and played < TRUNCATED_BELOW * declared:
             raise MediaError("truncated", f"The file is cut off: it declares {declared:.1f} s but holds "
                                           f"only {played:.1f} s of media.")
+        if played - contents.backed_s > max(UNBACKED_SLACK_S, (1 - MIN_BACKED_SHARE) * played):
+            raise MediaError("sparse_media", f"The file's timestamps run to {played:.0f} s, but its frames and "
+                                             f"sound fill only {contents.backed_s:.1f} s of that; it is damaged "
+                                             f"or was made to look longer than it is.")
         # A header may under-declare: the media present is what ffmpeg will
         # decode, so it is what the duration limit and time limits go by.
         probe.duration_s = max(declared, played)
-        limits_check(probe)
+        limits_check(probe, limits)
         if video is not None:
             _read_first_frame(probe, path, video.index)
             if name == "gif":
@@ -334,22 +446,42 @@ def _describe_video(probe: Probe, video) -> None:
     probe.vfr = bool(avg and base and abs(float(avg) - float(base)) > 0.01 * float(base))
 
 
-def _scan_packets(container, streams: list) -> tuple[int, float]:
-    """Video packet count and the end time of the media actually present."""
-    frames, end = 0, 0.0
+@dataclass
+class _Contents:
+    """What the packets of the chosen streams hold, by one pass without
+    decoding."""
+
+    frames: int = 0  # video packets
+    played_s: float = 0.0  # where the media present ends
+    backed_s: float = 0.0  # how much of that one stream's packets back (see MAX_FRAME_REPEAT)
+
+
+def _scan_packets(container, holds: dict[int, float]) -> _Contents:
+    """Read every packet of the streams in `holds` once. A stream's packets
+    back the time between them up to the stream's hold each; in decode
+    order, so B-frames (whose times go back) back nothing new."""
+    contents = _Contents()
+    streams = [container.streams[i] for i in holds]
     start = {s.index: (s.start_time or 0) * s.time_base for s in streams}
+    reached = dict.fromkeys(holds, 0.0)
+    backed = dict.fromkeys(holds, 0.0)
     try:
         for packet in container.demux(streams):
             if packet.pts is None or packet.size == 0:
                 continue
-            stream = packet.stream
+            stream, index = packet.stream, packet.stream.index
             if stream.type == "video":
-                frames += 1
-            stop = float((packet.pts + (packet.duration or 0)) * stream.time_base - start[stream.index])
-            end = max(end, stop)
+                contents.frames += 1
+            at = float(packet.pts * stream.time_base - start[index])
+            if at > reached[index]:
+                backed[index] += min(at - reached[index], holds[index])
+                reached[index] = at
+            stop = float((packet.pts + (packet.duration or 0)) * stream.time_base - start[index])
+            contents.played_s = max(contents.played_s, stop)
     except av.error.FFmpegError as exc:
-        raise MediaError("truncated", f"The file is damaged or cut off: {exc}") from exc
-    return frames, end
+        raise decoder_failure("truncated", f"The file is damaged or cut off: {reason(exc)}.", exc) from exc
+    contents.backed_s = max(backed.values())
+    return contents
 
 
 def _read_first_frame(probe: Probe, path: Path, stream_index: int) -> None:
@@ -359,7 +491,7 @@ def _read_first_frame(probe: Probe, path: Path, stream_index: int) -> None:
             frame = next(container.decode(container.streams[stream_index]), None)
             field_order, stream_trc = ctx.field_order, ctx.color_trc
     except av.error.FFmpegError as exc:
-        raise MediaError("decode_failed", f"The video could not be decoded: {exc}") from exc
+        raise decoder_failure("decode_failed", f"The video could not be decoded: {reason(exc)}.", exc) from exc
     if frame is None:
         raise MediaError("decode_failed", "The video has no decodable frame.")
     probe.rotation = int(round(frame.rotation or 0)) % 360

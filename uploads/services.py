@@ -24,7 +24,7 @@ from dispatcher import KeyPolicy
 from project import logcontext, metrics, plans
 from project.dbclock import db_now
 from project.lanes import Lane
-from uploads.errors import ApplicationError
+from uploads.errors import ApplicationError, public_message
 from uploads.models import Batch, Job, JobAttempt, Output, Profile, Upload
 
 log = logging.getLogger(__name__)
@@ -323,9 +323,10 @@ def job_succeed(*, job_id: str, outputs: list[OutputFile], attempt: int | None =
 
 def job_fail(*, job_id: str, code: str, message: str, attempt: int | None = None) -> bool:
     """queued/running -> failed with a code and a human message (only from
-    the running `attempt` when given)."""
+    the running `attempt` when given). The message is shown to the job's
+    owner, so whatever names the server is taken out (the log keeps it)."""
     with transaction.atomic():
-        return _finish(job_id, Job.Status.FAILED, attempt, error_code=code[:64], error_message=message)
+        return _finish(job_id, Job.Status.FAILED, attempt, error_code=code[:64], error_message=public_message(message))
 
 
 def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:

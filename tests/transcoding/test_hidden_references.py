@@ -19,7 +19,7 @@ from tests.media import (
 from tests.media import ffmpeg as ffmpeg_cli
 from transcoding import ffmpeg, pipelines
 from transcoding.errors import MediaError
-from transcoding.probe import Probe, _probe_av, open_options
+from transcoding.probe import Probe, _probe_av, configured_limits, open_options
 
 pytestmark = pytest.mark.django_db
 
@@ -55,7 +55,7 @@ def test_a_playlist_that_slips_past_the_text_check_is_refused_by_the_demuxer_all
         playlist = tmp_path / "upload.mp4"
         playlist.write_text(text.format(path=wire.path))
         with pytest.raises(MediaError) as err:
-            _probe_av(playlist)  # as an unreadable MP4, or as a demuxer off the list
+            _probe_av(playlist, configured_limits())  # as an unreadable MP4, or as a demuxer off the list
     assert err.value.code in {"not_media", "unsupported_container"} and wire.touched == []
 
 

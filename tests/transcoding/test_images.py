@@ -11,6 +11,9 @@ import pytest
 from PIL import Image
 
 from tests.media import SRGB_PRIMARIES_D50, ffmpeg, icc_rgb_profile, video_facts
+from transcoding import images
+from transcoding.errors import MediaError
+from transcoding.probe import Probe
 
 
 def _sizes(out: dict) -> dict:
@@ -103,6 +106,21 @@ def test_transparent_images_with_a_profile_keep_their_alpha(transcode, tmp_path:
 def test_heic_photos_are_supported(transcode, tmp_path: Path):
     Image.new("RGB", (128, 96), "orange").save(tmp_path / "iphone.heic", format="HEIF")
     assert _sizes(transcode(tmp_path / "iphone.heic"))["large"] == (128, 96)
+
+
+def test_avif_photos_are_images_not_one_frame_videos(transcode, tmp_path: Path):
+    Image.new("RGB", (128, 96), "orange").save(tmp_path / "photo.avif", format="AVIF")
+    assert _sizes(transcode(tmp_path / "photo.avif"))["large"] == (128, 96)
+
+
+def test_the_image_pipeline_opens_only_allowed_formats_whatever_it_is_handed(tmp_path: Path):
+    """Defence in depth: the pipeline does not rely on the probe's verdict."""
+    Image.new("RGB", (64, 48), "teal").save(tmp_path / "old.bmp", "BMP")
+    (tmp_path / "work").mkdir()
+    with pytest.raises(MediaError) as caught:
+        images.image(tmp_path / "old.bmp", tmp_path / "work", Probe(kind="image", container="bmp", width=64, height=48),
+                     lambda pct: None)
+    assert caught.value.code == "decode_failed" and not list((tmp_path / "work").iterdir())
 
 
 def test_an_animated_gif_becomes_an_mp4_loop_and_a_poster(transcode, tmp_path: Path):

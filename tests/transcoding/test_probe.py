@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.media import ffmpeg, make_video, rotated
+from tests.media import ffmpeg, make_video, rotated, timestamped
 from transcoding.errors import MediaError
 from transcoding.probe import probe_file
 
@@ -60,3 +60,69 @@ def test_cover_art_does_not_make_music_a_video(tmp_path: Path):
            "-c:a", "aac", "-c:v", "png", "-disposition:v", "attached_pic", str(tmp_path / "song.m4a"))
     probe = probe_file(tmp_path / "song.m4a")
     assert probe.kind == "audio" and [s.type for s in probe.streams] == ["audio"]
+
+
+def test_decoders_off_the_allow_list_are_never_opened_not_even_for_unused_streams(tmp_path: Path):
+    """Opening a file opens a decoder for every stream to learn its
+    parameters (PyAV in the probe, ffmpeg before it maps anything). A
+    subtitle stream is never checked nor used, so its decoder must not run:
+    libavcodec says so when it refuses one."""
+    import subprocess
+
+    import av.logging
+
+    from transcoding import ffmpeg as fairlane_ffmpeg
+    from transcoding.probe import open_options
+
+    (tmp_path / "words.srt").write_text("1\n00:00:00,000 --> 00:00:01,000\nhello\n")
+    src = make_video(tmp_path / "subtitled.mkv", seconds=0.5, size="64x48", audio=False)
+    ffmpeg("-i", str(src), "-i", str(tmp_path / "words.srt"), "-map", "0", "-map", "1", "-c", "copy",
+           str(tmp_path / "both.mkv"))
+    refused = "Codec (srt) not on whitelist"
+    level = av.logging.get_level()
+    av.logging.set_level(av.logging.ERROR)
+    try:
+        with av.logging.Capture(True) as logs, av.open(str(tmp_path / "both.mkv"), options=open_options()):
+            pass
+    finally:
+        av.logging.set_level(level)
+    assert any(refused in message for _, _, message in logs), logs
+    run = subprocess.run([fairlane_ffmpeg.FFMPEG, "-hide_banner", "-loglevel", "error",
+                          *fairlane_ffmpeg.input_args(tmp_path / "both.mkv", "matroska"), "-map", "0:v", "-f", "null",
+                          "-"], capture_output=True, text=True)
+    assert run.returncode == 0 and refused in run.stderr, run.stderr
+    assert probe_file(tmp_path / "both.mkv").kind == "video"  # and the file itself is fine
+
+
+# Four hours (the duration limit) minus a little: what the truncation check
+# and the duration limit both let through.
+_HOURS_S = 14_000.0
+
+
+@pytest.mark.parametrize(("name", "frames_at_s", "audio_at_s"), [
+    ("gap.mkv", [0, 0.04, 0.08, _HOURS_S], []),
+    ("gap.mp4", [0, 0.04, 0.08, _HOURS_S], []),
+    ("clip-then-far-frame.mkv", [n / 25 for n in range(50)] + [_HOURS_S], []),
+    ("audio-gap.mkv", [0, 0.04, 0.08], [0, 1024 / 48000, _HOURS_S]),
+], ids=["two frames hours apart (mkv)", "two frames hours apart (mp4)", "a clip, then one frame hours later",
+        "two audio packets hours apart"])
+def test_a_few_packets_whose_timestamps_claim_hours_are_refused(tmp_path: Path, name, frames_at_s, audio_at_s):
+    """The ladder's constant frame rate fills gaps with repeated frames and
+    the audio resampler with silence: the work must follow what the file
+    holds, not what its timestamps say."""
+    src = timestamped(tmp_path / name, frames_at_s, audio_at_s=audio_at_s)
+    assert src.stat().st_size < 8_000
+    with pytest.raises(MediaError) as caught:
+        probe_file(src)
+    assert caught.value.code == "sparse_media", caught.value.message
+
+
+@pytest.mark.parametrize(("name", "frames_at_s", "audio_at_s"), [
+    # A still picture over continuous sound (podcasts, music): the audio backs the length.
+    ("still.mkv", [0], [n * 1024 / 48000 for n in range(round(20 * 48000 / 1024))]),
+    # A clip that pauses on one frame for a few seconds (variable frame rate).
+    ("pause.mkv", [n / 25 for n in range(50)] + [2.0 + n / 25 for n in range(50)] + [9.0], []),
+], ids=["a still picture over 20 s of sound", "a clip that holds a frame for 5 s"])
+def test_media_whose_packets_back_its_length_passes(tmp_path: Path, name, frames_at_s, audio_at_s):
+    probe = probe_file(timestamped(tmp_path / name, frames_at_s, audio_at_s=audio_at_s))
+    assert probe.kind == "video" and probe.duration_s > 8

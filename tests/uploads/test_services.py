@@ -37,6 +37,22 @@ def test_a_finished_job_cannot_be_failed_or_succeeded_again(job):
     assert job.process_ms is not None
 
 
+def test_a_failure_message_keeps_the_words_and_loses_what_names_the_server(job, settings, tmp_path):
+    """Whatever code fails a job (pipelines, exports, a storage client), the
+    message its owner sees names no path, URL, address or host of ours."""
+    import socket
+
+    settings.MEDIA_ROOT = tmp_path / "media root"  # a space: a folder is taken out whole
+    services.job_start(job_id=job.id)
+    services.job_fail(job_id=job.id, code="decode_failed", message=(
+        f"Cannot open '{settings.MEDIA_ROOT}/tmp/{job.id}-x/in.mp4' (from /srv/fairlane/var/media) via "
+        f"http://seaweed.internal:8333/media/key?X-Amz-Signature=abc at 10.0.0.7:8333 on {socket.gethostname()}: "
+        "[h264 @ 0x55d4c1e08a40] error at 30 kbit/s, N/A, 1/25."))
+    job.refresh_from_db()
+    assert job.error_message == ("Cannot open '[path]' (from [path]) via [link] at [address] on [host]: "
+                                 "[h264 @ [address]] error at 30 kbit/s, N/A, 1/25.")
+
+
 def test_progress_is_clamped_and_only_moves_while_running(job):
     services.job_progress_set(job_id=job.id, progress=50)
     job.refresh_from_db()
