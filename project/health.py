@@ -4,7 +4,7 @@
 Anyone may call it, often (load balancers, uptime checks, attackers), so it
 costs one short round trip per check and waits on nothing: SELECT 1, a
 Redis PING, and the worker registrations the fair dispatcher already keeps
-(each worker renews its own every 10 s; one that stops is gone within 30 s). It used to broadcast a Celery ping and wait
+(each worker renews its own every third of FAIR_WORKER_TTL_S, 8 s; one that stops is gone within it). It used to broadcast a Celery ping and wait
 a full second for the replies, so a few requests a second filled the web
 server's threads.
 

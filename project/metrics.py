@@ -112,7 +112,7 @@ def _gauges(now: float):
     active = GaugeMetricFamily("fairlane_active_users", "Users with a backlog on the lane.", labels=["lane"])
     window = GaugeMetricFamily("fairlane_window_jobs", "Live worker slots plus headroom.", labels=["lane"])
     age = GaugeMetricFamily("fairlane_worker_heartbeat_age_seconds", "Seconds since each worker last "
-                            "renewed its registration (renewed every 10 s).", labels=["lane", "worker"])
+                            "renewed its registration (every third of FAIR_WORKER_TTL_S).", labels=["lane", "worker"])
     for lane in sorted(FAIR_LANES):
         sched = dispatcher.scheduler(lane)
         totals = sched.snapshot(now=now)["totals"]
