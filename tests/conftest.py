@@ -62,6 +62,19 @@ def _workers_settle(request):
 
 
 @pytest.fixture
+def live_mail_dir() -> Path:
+    """The email file backend's folder, emptied: the suites that run real
+    workers (chaos, multi-host) count the notifications mailed there."""
+    from django.conf import settings
+
+    path = Path(settings.EMAIL_FILE_PATH)
+    path.mkdir(parents=True, exist_ok=True)
+    for old in path.glob("*"):
+        old.unlink()
+    return path
+
+
+@pytest.fixture
 def cpu_lane_paused(redis_client):
     """For tests that publish into cpu-transcode while the session's real
     workers may be up: nothing consumes the lane inside the test, so a job

@@ -56,14 +56,17 @@ def db_retrying(fn, timeout: float = 30.0):
             time.sleep(0.3)
 
 
-def wait_for(predicate, timeout: float, what: str, every: float = 0.1):
+def wait_for(predicate, timeout: float, what, every: float = 0.1):
+    """Poll `predicate` until it returns something true (and return that).
+    `what` names what is awaited in the failure, or is a function that
+    describes the state at that moment."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = db_retrying(predicate)
         if value:
             return value
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
 
 
 def running_job(job_ids: list[str], *, min_progress: int = 1) -> Job | None:

@@ -118,15 +118,6 @@ def cluster(redis_client, tmp_path, live_mail_dir):
 
 
 @pytest.fixture
-def live_mail_dir() -> Path:
-    path = Path(settings.EMAIL_FILE_PATH)
-    path.mkdir(parents=True, exist_ok=True)
-    for old in path.glob("*"):
-        old.unlink()
-    return path
-
-
-@pytest.fixture
 def record():
     """Add a row to the summary table."""
     def add(**row) -> None:

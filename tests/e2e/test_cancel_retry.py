@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -19,18 +18,11 @@ from PIL import Image
 import dispatcher
 from project.lanes import Lane
 from tests.media import make_video
+from tests.promise import wait_for
 from uploads import services
 from uploads.models import Job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what() if callable(what) else what}"
-        time.sleep(0.2)
-    return value
 
 
 def upload(client, files) -> list[str]:

@@ -10,7 +10,6 @@ from the window, and the one behind fell out of the window at once.
 """
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -22,6 +21,7 @@ from bench.harness import Worker
 from project.dbclock import db_now
 from project.lanes import Lane
 from tests.media import make_video
+from tests.promise import wait_for
 from tests.workers import lane_paused
 from tests.workers import test_database_url as workers_database_url
 from uploads.models import Job, JobAttempt
@@ -50,14 +50,6 @@ def skewed_worker(name: str, offset_s: int, log_dir) -> Worker:
     return Worker(Lane.CPU_TRANSCODE.value, pool="prefork", concurrency=1, name=name, log_dir=log_dir,
                   suffix="skew", loglevel="INFO", env=env, extra_args=(),
                   wrapper=("faketime", "-f", f"{offset_s:+d}s"))
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return value
 
 
 def test_workers_two_minutes_apart_neither_reap_nor_drop_nor_repeat_each_other(

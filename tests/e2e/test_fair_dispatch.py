@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -11,6 +10,7 @@ from bench.tasks import RUNS_KEY
 from project.celery import app
 from project.lanes import Lane
 from tests.media import make_video
+from tests.promise import wait_for
 from uploads.models import Job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -18,13 +18,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 def runs(redis_client) -> dict[str, dict]:
     return {k.decode(): json.loads(v) for k, v in redis_client.hgetall(RUNS_KEY).items()}
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_a_light_user_overtakes_a_heavy_backlog(workers, redis_client):

@@ -2,17 +2,16 @@
 shows both lanes' workers and the released tasks with readable arguments."""
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import socket
 import subprocess
 import time
-from pathlib import Path
-
-import base64
-import json
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 

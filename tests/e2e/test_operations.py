@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tests.media import make_video
 from notify.models import Delivery
+from tests.media import make_video
 from uploads.models import Job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.media import decodes_cleanly, make_video, probe_output
 from notify.models import Delivery
+from tests.media import decodes_cleanly, make_video, probe_output
 from uploads.models import Job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

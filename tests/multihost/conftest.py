@@ -57,13 +57,3 @@ def django_db_setup(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                        "WHERE datname = current_database() AND pid <> pg_backend_pid()")
-
-
-@pytest.fixture
-def live_mail_dir() -> Path:
-    """The file backend's folder, emptied: notifications are counted there."""
-    path = Path(settings.EMAIL_FILE_PATH)
-    path.mkdir(parents=True, exist_ok=True)
-    for old in path.glob("*"):
-        old.unlink()
-    return path
