@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -248,13 +247,13 @@ def test_redis_flushall_is_repaired_from_the_database(cluster, make_user, api_cl
 
 
 def test_postgresql_restart(cluster, make_user, api_client_for, media, record):
-    if connection.vendor != "postgresql":
-        pytest.skip("the database of this run is SQLite; PostgreSQL restarts are tested in the PostgreSQL run")
-    version = next(Path("/etc/postgresql").iterdir()).name
+    from tests.services_plugin import PRIVATE_POSTGRES
+
+    if "server" not in PRIVATE_POSTGRES:
+        pytest.skip("this run's database is not a private PostgreSQL (bin/test starts one for this suite as root)")
 
     def restart() -> None:
-        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True,
-                       capture_output=True)
+        PRIVATE_POSTGRES["server"].restart()
         connection.close()
 
     row, recovery_s = _through_a_service_fault(cluster, make_user, api_client_for, media, restart)
