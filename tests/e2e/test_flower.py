@@ -14,7 +14,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from django_celery_results.models import TaskResult
 
 from tests.media import make_video
