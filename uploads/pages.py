@@ -21,5 +21,11 @@ def job_page(request: HttpRequest, job_id) -> HttpResponse:
     """One job's results: the video (HLS where the browser plays it natively,
     else the MP4), images, audio and documents, through signed links."""
     job = selectors.job_get_for_user(user=request.user, job_id=job_id)
-    links = {output.name: output_url(output) for output in job.outputs.all()}
-    return render(request, "uploads/job_page.html", {"job": job, "links": links})
+    outputs = list(job.outputs.all())
+    links = {output.name: output_url(output) for output in outputs}
+    # The player's box takes the video's shape before anything has loaded
+    # (and keeps it while the ladder switches renditions), sized to fit the
+    # window whatever the orientation.
+    video = next((o.metadata for o in outputs if o.name in ("mp4", "hls") and o.metadata.get("height")), None)
+    video_size = {"width": video["width"], "height": video["height"]} if video else None
+    return render(request, "uploads/job_page.html", {"job": job, "links": links, "video_size": video_size})
