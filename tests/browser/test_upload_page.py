@@ -30,7 +30,7 @@ def test_a_user_uploads_three_files_and_watches_them_all_succeed(
     expect(page).to_have_url("/")
     page.set_input_files("#picker", [str(f) for f in files])
 
-    expect(page.locator("#upload-status")).to_have_text("3 file(s) accepted.")
+    expect(page.locator("#sending .batch-status")).to_have_text("3 file(s) accepted.")
     rows = page.locator("#jobs tbody tr")
     expect(rows).to_have_count(3)
     for name in ("beach.mp4", "party.mov", "sunset.png"):
