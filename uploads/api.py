@@ -249,6 +249,9 @@ JOB_LIST_FINGERPRINT_FIELDS = ("id", "created_at", "status", "progress", "attemp
                                "started_at", "finished_at", "wait_ms")
 
 
+MAX_SEARCH_LENGTH = 100
+
+
 class JobListApi(ListAPIView):
     """The user's jobs, newest first. Conditional: the upload page polls it
     with If-None-Match and gets 304 Not Modified while nothing changed."""
@@ -259,8 +262,11 @@ class JobListApi(ListAPIView):
         wanted = self.request.query_params.get("status")
         if wanted and wanted not in Job.Status.values:
             raise ApplicationError("invalid_status", f"status must be one of {', '.join(Job.Status.values)}.")
+        search = self.request.query_params.get("search", "").strip()
+        if len(search) > MAX_SEARCH_LENGTH:
+            raise ApplicationError("invalid_search", f"search is at most {MAX_SEARCH_LENGTH} characters.")
         return selectors.jobs_for_user(user=self.request.user, status=wanted,
-                                       batch=_uuid_param(self.request, "batch"))
+                                       batch=_uuid_param(self.request, "batch"), search=search)
 
     def _etag(self, queryset) -> str:
         """The page's fingerprint: its rows' changing fields and its links,
@@ -280,6 +286,8 @@ class JobListApi(ListAPIView):
         parameters=[
             OpenApiParameter("status", OpenApiTypes.STR, enum=Job.Status.values, description="Only jobs in it."),
             BATCH_FILTER,
+            OpenApiParameter("search", OpenApiTypes.STR, description="Only files whose name contains this "
+                             f"(any case; at most {MAX_SEARCH_LENGTH} characters)."),
             OpenApiParameter("If-None-Match", OpenApiTypes.STR, OpenApiParameter.HEADER,
                              description="The ETag of an earlier answer: 304 while the page is unchanged."),
         ],

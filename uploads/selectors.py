@@ -15,11 +15,15 @@ from project.lanes import Lane
 from uploads.models import Batch, Job, Upload
 
 
-def jobs_for_user(*, user: AbstractBaseUser, status: str | None = None, batch: uuid.UUID | None = None
-                  ) -> QuerySet[Job]:
+def jobs_for_user(*, user: AbstractBaseUser, status: str | None = None, batch: uuid.UUID | None = None,
+                  search: str = "") -> QuerySet[Job]:
+    """`search`: part of the file's name, any case (a scan of the user's
+    rows: fine for thousands, an index on lower(filename) for millions)."""
     jobs = Job.objects.filter(owner=user).select_related("upload").prefetch_related("outputs")
     if status:
         jobs = jobs.filter(status=status)
+    if search:
+        jobs = jobs.filter(upload__filename__icontains=search)
     if batch:  # its uploads' jobs and its exports
         jobs = jobs.filter(Q(upload__batch=batch) | Q(kind=Job.Kind.EXPORT, batch=batch))
     return jobs.order_by("-created_at")
