@@ -30,3 +30,11 @@ def job_page(request: HttpRequest, job_id) -> HttpResponse:
     video = next((o.metadata for o in outputs if o.name in ("mp4", "hls") and o.metadata.get("height")), None)
     video_size = {"width": video["width"], "height": video["height"]} if video else None
     return render(request, "uploads/job_page.html", {"job": job, "links": links, "video_size": video_size})
+
+
+@login_required
+@ensure_csrf_cookie
+def batch_page(request: HttpRequest, batch_id) -> HttpResponse:
+    """One batch: its progress and estimate, its files (pages of 50), actions."""
+    batch = selectors.batch_get_for_user(user=request.user, batch_id=batch_id)
+    return render(request, "uploads/batch_page.html", {"batch": batch})

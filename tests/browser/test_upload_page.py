@@ -47,6 +47,9 @@ def test_a_user_uploads_three_files_and_watches_them_all_succeed(
 
     # The page is done polling fast once nothing moves; the links it shows
     # are signed and open in this browser session.
+    for name in ("beach.mp4", "party.mov", "sunset.png"):  # a thumbnail (image) or poster (video) beside each name
+        thumb = rows.filter(has_text=name).locator("img.thumb")
+        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=thumb.element_handle())
     mp4_url = rows.filter(has_text="beach.mp4").locator("td").nth(5).locator("a", has_text="mp4").get_attribute("href")
     screenshot(page, "upload-page")
 
