@@ -577,8 +577,9 @@ NOTIFY_SENDING_LEASE_S = float(os.environ.get("NOTIFY_SENDING_LEASE_S", "120"))
 if NOTIFY_SENDING_LEASE_S <= max(NOTIFY_WEBHOOK_DEADLINE_S, NOTIFY_EMAIL_DEADLINE_S) + 30:
     raise ImproperlyConfigured("NOTIFY_SENDING_LEASE_S must exceed NOTIFY_WEBHOOK_DEADLINE_S and "
                                "NOTIFY_EMAIL_DEADLINE_S by more than 30 s")
-# Batch summaries list at most this many files (the counts cover all).
-NOTIFY_BATCH_LIST_MAX = int(os.environ.get("NOTIFY_BATCH_LIST_MAX", "100"))
+# Batch summaries list at most this many failed files (the counts cover all,
+# the one link goes to the batch's page): short enough to read at 2,000 files.
+NOTIFY_BATCH_FAILURES_LISTED = int(os.environ.get("NOTIFY_BATCH_FAILURES_LISTED", "20"))
 # Job endings not yet turned into events, and deliveries whose task the
 # dispatcher lost, are re-submitted with the jobs'.
 FAIR_RECONCILERS = [*FAIR_RECONCILERS, "notify.services.job_notifications_reconcile",
