@@ -42,7 +42,6 @@ import json
 import logging
 import re
 import uuid
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import NamedTuple

@@ -66,7 +66,8 @@ def test_a_2000_file_batch_summary_lists_the_failures_up_to_the_limit_and_links_
     html = message.get_body(("html",)).get_content()
     listed = settings.NOTIFY_BATCH_FAILURES_LISTED
     counts = re.search(r"are done: (.*)\.", text).group(1).split(", ")
-    assert sorted(counts) == sorted([f"{CANCELED} canceled", f"{FAILED} failed", f"{FILES - FAILED - CANCELED} succeeded"])
+    assert sorted(counts) == sorted([f"{CANCELED} canceled", f"{FAILED} failed",
+                                     f"{FILES - FAILED - CANCELED} succeeded"])
     failures = [line for line in text.splitlines() if line.startswith("- clip-")]
     assert failures == [f"- clip-{i:04d}.mp4 (not_media: Not a media file (clip-{i:04d}.mp4).)" for i in range(listed)]
     assert f"...and {FAILED - listed} more." in text
