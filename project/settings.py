@@ -356,6 +356,13 @@ FAIR_INTERRUPT_HANDLERS = {
 # wait_p50_ms, wait_p99_ms}} over the last FAIR_USAGE_MINUTES (staff page).
 FAIR_USAGE_PROVIDERS = {"cpu-transcode": "uploads.selectors.transcode_usage_by_user"}
 FAIR_USAGE_MINUTES = int(os.environ.get("FAIR_USAGE_MINUTES", "10"))
+# Per lane: a callable(minutes=) -> {"t": [epoch s per minute], "users": {key:
+# {"share_pct": [...], "wait_p99_ms": [...]}}}, the staff page's charts.
+FAIR_HISTORY_PROVIDERS = {"cpu-transcode": "uploads.selectors.transcode_usage_history"}
+FAIR_HISTORY_MINUTES = 60
+# callable(user_ids=, lane=) -> {user id: KeyPolicy}: the weight and cap the
+# staff page shows for users with nothing on a lane right now.
+FAIR_POLICY_PROVIDER = "uploads.services.fair_policies"
 
 # --- Email -----------------------------------------------------------------------
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
