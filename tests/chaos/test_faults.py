@@ -195,7 +195,7 @@ def test_sigterm_drains_gracefully_and_hands_back_what_it_cannot_finish(cluster,
     pids = {str(pid) for pid in [leaving.proc.pid, *leaving.children()]}
     t_fault = time.time()
     leaving.proc.send_signal(signal.SIGTERM)  # the main process only, as a process manager does
-    leaving.proc.wait(3 + 15)  # grace + stop margin (README "Deploying")
+    leaving.proc.wait(3 + 15)  # grace + stop margin (docs/operations.md, "Deploying")
     shutdown_s = time.time() - t_fault
     # nothing was started by the leaving worker after the signal (a small margin for a claim in flight)
     late = [a for a in JobAttempt.objects.filter(job_id__in=heavy + light, started_at__gt=_at(t_fault + 0.5))
