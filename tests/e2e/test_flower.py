@@ -56,6 +56,16 @@ def flower(workers, tmp_path):
         except (urllib.error.URLError, ConnectionError):
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "flower.log").read_text()
             time.sleep(0.3)
+    # Answering HTTP is not yet listening to events: a task that ran before
+    # Flower's event receiver was connected would never be in its list. The
+    # workers' heartbeats are events, so both lanes alive here means it is.
+    while True:
+        status, alive = get(f"{url}/api/workers?status=1", auth=AUTH)
+        lanes = {name.split("@")[0] for name, up in (alive or {}).items() if up}
+        if status == 200 and {"cpu", "io"} <= lanes:
+            break
+        assert proc.poll() is None and time.monotonic() < deadline + 30, (tmp_path / "flower.log").read_text()
+        time.sleep(0.3)
     yield url
     os.killpg(proc.pid, signal.SIGTERM)
     proc.wait(10)

@@ -14,6 +14,7 @@ from project.lanes import Lane
 from transcoding import pipelines, tasks
 from transcoding.probe import probe_file
 from transcoding.produced import Produced
+from uploads.attempts import JobFailed
 from uploads.models import Job, Upload
 
 
@@ -52,7 +53,9 @@ class JobRunner:
             upload.file.save("upload", File(fh), save=True)
         job = Job.objects.create(upload=upload, owner=self.owner, lane=Lane.CPU_TRANSCODE)
         self.job_ids.append(str(job.id))
-        tasks.job_run.apply(args=[str(job.id)]).get()
+        result = tasks.job_run.apply(args=[str(job.id)])
+        if result.failed() and not isinstance(result.result, JobFailed):
+            raise result.result  # a crash; JobFailed is the task's report of a failed job
         job.refresh_from_db()
         return job
 
