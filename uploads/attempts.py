@@ -91,7 +91,9 @@ class Attempt:
             raise AttemptLost(str(self.job.id))
 
 
-Work = Callable[[Attempt], list[services.OutputFile]]
+# What an attempt made, or None when it handed its job to parts of their
+# own (uploads/parts.py): nothing to publish, the parts end the job.
+Work = Callable[[Attempt], list[services.OutputFile] | None]
 
 
 def retry_delay_s(failures: int) -> float:
@@ -222,6 +224,8 @@ def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work) -> 
     published = False
     try:
         outputs = work(attempt)
+        if outputs is None:
+            return None
         published = services.job_succeed(job_id=job_id, outputs=outputs, attempt=number)
         if not published:
             log.info("job %s attempt %d finished but no longer owns the job; outputs discarded", job_id, number)

@@ -52,8 +52,8 @@ def test_a_clip_becomes_an_hls_ladder_an_mp4_and_a_poster_in_one_run(transcode, 
         assert (poster.format, poster.size) == ("JPEG", (640, 360))
 
 
-def test_every_segment_starts_with_a_keyframe_at_the_segment_duration(transcode, tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(ladder, "SEGMENT_S", 1)
+def test_every_segment_starts_with_a_keyframe_at_the_segment_duration(transcode, tmp_path: Path, settings):
+    settings.FAIRLANE_HLS_SEGMENT_S = 1
     out = transcode(make_video(tmp_path / "clip.mkv", seconds=3, size="320x240", audio=False))
     [variant] = hls_variants(out["hls"][0])
     durations = [float(line[8:].rstrip(",")) for line in variant["playlist"].read_text().splitlines()
