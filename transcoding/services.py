@@ -159,8 +159,9 @@ def _fetch_hls(output: Output, hls: Path, playlists: Path) -> None:
     segments into `hls`, playlists into `playlists`."""
     root = posixpath.dirname(posixpath.dirname(output.file.name)) + "/"
     for key in media.list_prefix(root):
-        relative = key[len(root):]
-        media.fetch(key, (playlists if relative.endswith(".m3u8") else hls) / relative)
+        dest = (playlists if key.endswith(".m3u8") else hls) / key[len(root):]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        media.fetch(key, dest)
 
 
 def job_transcode(*, job_id: str, hostname: str = "", soft_limit_s: float | None = None,

@@ -31,6 +31,7 @@ from django.db import transaction
 from django.db.models import F, Sum
 
 import dispatcher
+import media
 from project.dbclock import db_now
 from uploads import services
 from uploads.models import Job, JobAttempt, Output
@@ -110,6 +111,13 @@ def part_finished(*, part: Job, status: str, error_code: str, error_message: str
     if part.part == Job.Part.FINALIZE:
         Output.objects.filter(job_id=part.id).update(job_id=parent.id)
         services._finish(parent_id, Job.Status.SUCCEEDED, progress=100, error_code="", error_message="")
+        # The finalizer copied the chunks' and the audio's segments into the
+        # bundle; their own copies (and outputs) are of no more use.
+        done = [str(i) for i in Job.objects.filter(parent_id=parent.id).exclude(id=part.id)
+                .values_list("id", flat=True)]
+        Output.objects.filter(job_id__in=done).delete()
+        prefixes = [media.job_prefix(job_id=job_id) for job_id in done]
+        transaction.on_commit(lambda: services.media_delete(prefixes=prefixes))
         log.info("job %s finished from its parts", parent_id)
         return
     Job.objects.filter(id=parent.id).update(progress=_progress(parent_id))

@@ -1,0 +1,81 @@
+"""A long video through real workers (on whichever storage backend the run
+uses): split into parts that the fair dispatcher runs as the owner's jobs,
+seen by the user as one job, finished by one finalizer, and a stream whose
+joins a player cannot find. The thresholds are lowered so that a 16 s clip
+is four chunks of two 2 s segments."""
+from __future__ import annotations
+
+import posixpath
+from pathlib import Path
+
+import pytest
+
+import media
+from tests.e2e.test_upload_slice import post_files, wait_terminal
+from tests.hls_checks import continuity_breaks, joined, master_audio_uri, playlist_segments, stream_facts
+from tests.media import make_video
+from tests.promise import wait_for
+from tests.workers import Workers, lane_paused
+from uploads.models import Job, JobAttempt, Output
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+SECONDS, FPS = 16, 25
+CHUNKING = {"FAIRLANE_CHUNK_THRESHOLD_S": "6", "FAIRLANE_CHUNK_S": "4", "FAIRLANE_HLS_SEGMENT_S": "2"}
+
+
+@pytest.fixture(scope="module")
+def chunking_workers(django_db_setup, django_db_blocker, tmp_path_factory):
+    """Workers of their own with the low thresholds; the session's workers
+    (when up) stop consuming the cpu lane meanwhile, so no job of this
+    module reaches a worker with the default thresholds."""
+    with lane_paused("cpu-transcode"):
+        pool = Workers(tmp_path_factory.mktemp("chunk-worker-logs"), env=CHUNKING)
+        try:
+            pool.wait_ready()
+            yield pool
+        finally:
+            pool.stop()
+
+
+def fetch_bundle(output: Output, to: Path) -> Path:
+    """The stored HLS folder of an output, through the storage seam."""
+    root = posixpath.dirname(output.file.name) + "/"
+    for key in media.list_prefix(root):
+        (to / key[len(root):]).parent.mkdir(parents=True, exist_ok=True)
+        media.fetch(key, to / key[len(root):])
+    return to / posixpath.basename(output.file.name)
+
+
+def test_a_long_video_is_one_job_to_its_user_made_of_parts(chunking_workers, make_user, api_client_for, tmp_path):
+    user = make_user("marathon")
+    client = api_client_for(user)
+    video = make_video(tmp_path / "long.mp4", seconds=SECONDS, size="640x360", rate=FPS)
+    [upload] = post_files(client, [video]).json()["uploads"]
+    job = wait_terminal(client, upload["job"]["url"], timeout=240)
+    assert job["status"] == "succeeded", (job["error"], chunking_workers.log_tail("cpu"))
+    assert job["progress"] == 100 and {o["name"] for o in job["outputs"]} == {"hls", "mp4", "poster"}
+    assert [j["id"] for j in client.get("/api/jobs/").json()["results"]] == [job["id"]]
+
+    parent = Job.objects.get(id=job["id"])
+    kids = Job.objects.filter(parent=parent)
+    assert sorted((k.part, k.part_index, k.status) for k in kids if k.part != "finalize") == [
+        ("audio", 0, "succeeded"), *[("chunk", i, "succeeded") for i in range(4)]]
+    assert kids.filter(part="finalize", status="succeeded").count() == 1
+    assert {k.owner_id for k in kids} == {user.id}
+    assert JobAttempt.objects.get(job=parent).outcome == "split"
+
+    master = fetch_bundle(parent.outputs.get(name="hls"), tmp_path / "hls")
+    for rendition in ("240p", "360p"):
+        stream = joined(playlist_segments(master.parent / rendition / "index.m3u8"), tmp_path / f"{rendition}.ts")
+        facts = stream_facts(stream, "video")
+        assert facts.errors == 0 and facts.steps == {1 / FPS}
+        assert facts.decoded == SECONDS * FPS
+        assert continuity_breaks(stream) == 0
+    audio = stream_facts(joined(playlist_segments(master.parent / master_audio_uri(master)), tmp_path / "a.ts"),
+                         "audio")
+    assert audio.errors == 0 and audio.steps == {round(1024 / 48000, 4)}
+    # the parts' own copies of the segments go once the bundle is published; the bundle stays
+    wait_for(lambda: not any(media.list_prefix(media.job_prefix(job_id=str(k.id)))
+                             for k in kids if k.part != "finalize"), 30, "the parts' copies deleted")
+    assert media.exists(parent.outputs.get(name="mp4").file.name)
