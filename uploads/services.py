@@ -348,8 +348,10 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
     Returns the jobs that were retried; others are left alone."""
     now = db_now()
     with transaction.atomic():
+        # A part is not retried on its own once it has ended: its parent
+        # has ended with it, and retrying the parent splits it again.
         jobs = list(Job.objects.select_for_update().filter(
-            id__in=list(job_ids), status__in=[Job.Status.FAILED, Job.Status.CANCELED]))
+            id__in=list(job_ids), status__in=[Job.Status.FAILED, Job.Status.CANCELED], parent__isnull=True))
         ids = [job.id for job in jobs]
         Output.objects.filter(job_id__in=ids).delete()
         # Their objects go once the rows are gone (after commit), and only

@@ -142,3 +142,12 @@ def test_retrying_a_failed_chunked_job_starts_over_without_its_old_parts(split, 
     assert not Job.objects.filter(parent=split).exists()
     split.refresh_from_db()
     assert split.status == "queued"
+
+
+def test_an_ended_part_is_not_retried_on_its_own(split, owner, django_capture_on_commit_callbacks):
+    chunk = part(split, "chunk", 0)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.job_fail(job_id=str(chunk.id), code="decode_failed", message="x")
+        assert services.jobs_retry(job_ids=[chunk.id], actor=owner) == []
+    chunk.refresh_from_db()
+    assert chunk.status == "failed"
