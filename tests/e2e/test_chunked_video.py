@@ -1,8 +1,9 @@
 """A long video through real workers (on whichever storage backend the run
 uses): split into parts that the fair dispatcher runs as the owner's jobs,
 seen by the user as one job, finished by one finalizer, and a stream whose
-joins a player cannot find. The thresholds are lowered so that a 16 s clip
-is four chunks of two 2 s segments."""
+joins a player cannot find. The workers' thresholds are lowered
+(tests/conftest.py, chunking_workers) so that a 16 s clip is four chunks of
+two 2 s segments."""
 from __future__ import annotations
 
 import posixpath
@@ -15,27 +16,11 @@ from tests.e2e.test_upload_slice import post_files, wait_terminal
 from tests.hls_checks import continuity_breaks, joined, master_audio_uri, playlist_segments, stream_facts
 from tests.media import make_video
 from tests.promise import wait_for
-from tests.workers import Workers, lane_paused
 from uploads.models import Job, JobAttempt, Output
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 SECONDS, FPS = 16, 25
-CHUNKING = {"FAIRLANE_CHUNK_THRESHOLD_S": "6", "FAIRLANE_CHUNK_S": "4", "FAIRLANE_HLS_SEGMENT_S": "2"}
-
-
-@pytest.fixture(scope="module")
-def chunking_workers(django_db_setup, django_db_blocker, tmp_path_factory):
-    """Workers of their own with the low thresholds; the session's workers
-    (when up) stop consuming the cpu lane meanwhile, so no job of this
-    module reaches a worker with the default thresholds."""
-    with lane_paused("cpu-transcode"):
-        pool = Workers(tmp_path_factory.mktemp("chunk-worker-logs"), env=CHUNKING)
-        try:
-            pool.wait_ready()
-            yield pool
-        finally:
-            pool.stop()
 
 
 def fetch_bundle(output: Output, to: Path) -> Path:
