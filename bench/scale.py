@@ -67,11 +67,13 @@ class Bench:
         self.hosts: dict[str, HostWorker] = {}
         self.users = 0
 
-    def host(self, name: str, cpu: str) -> HostWorker:
+    def host(self, name: str, cpu: str, env: dict[str, str] | None = None) -> HostWorker:
+        """Start host `name` pinned to core `cpu` (its worker with `env` on top), unless it is up."""
         if name not in self.hosts:
             host = self.cluster.network.add_host(name)
             worker = HostWorker(host, "cpu", concurrency=1, log_dir=self.work, cpus=cpu,
-                                database_url=os.environ["DATABASE_URL"], scratch_dir=self.work / "scratch" / name)
+                                database_url=os.environ["DATABASE_URL"], scratch_dir=self.work / "scratch" / name,
+                                env=env)
             worker.wait_ready()
             self.hosts[name] = worker
         return self.hosts[name]
