@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from bench.harness import ROOT
-from bench.scale import Bench, pct
+from bench.scale import Bench, cannot_simulate_hosts, pct, print_targets
 
 RESULTS = ROOT / "bench" / "results"
 TARGET_SPEEDUP = 1.7
@@ -161,11 +161,8 @@ def plot(result: dict, path: Path) -> None:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    if os.geteuid() != 0:
-        print("bench-chunks simulates hosts with network namespaces: run it as root", file=sys.stderr)
-        return 2
-    if (os.cpu_count() or 1) < 2:
-        print("bench-chunks pins one host per core: it needs two cores", file=sys.stderr)
+    if (why := cannot_simulate_hosts("bench-chunks")) is not None:
+        print(why, file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="bench-chunks-"))
     b = ChunkBench(work, args)
@@ -209,8 +206,7 @@ def main(argv: list[str]) -> int:
     print(f"speed-up with 2 hosts: x{result['speedup']}; CPU overhead of chunking: {result['cpu_overhead_pct']:+.1f} %")
     print(f"light users' p99 wait behind the long video: {off['light_p99_s']} s unchunked, {on['light_p99_s']} s "
           f"chunked (one chunk: {on['median_chunk_s']} s)")
-    for name, t in result["targets"].items():
-        print(f"  {name}: {t['value']} (target {t['target']}): {'met' if t['met'] else 'MISSED'}")
+    print_targets(result["targets"])
     return 0
 
 

@@ -69,7 +69,7 @@ class ChunkPlan:
         return self.chunks[index][0] * self.segment_duration_s
 
     def chunk_duration_s(self, index: int) -> float:
-        first, count = self.chunks[index]
+        count = self.chunks[index][1]
         return min(self.duration_s - self.start_s(index), count * self.segment_duration_s)
 
     def as_json(self) -> dict:
@@ -259,8 +259,7 @@ def master_playlist(hls: Path, plan: ChunkPlan) -> str:
 def _joined(segments: list[Path], to: Path) -> Path:
     """MPEG-TS is a stream of packets: segments in order, byte for byte, are one file."""
     with open(to, "wb") as out:
-        for path in segments:
-            out.write(path.read_bytes())
+        out.writelines(path.read_bytes() for path in segments)
     return to
 
 

@@ -13,7 +13,13 @@ import pytest
 
 import media
 from tests.e2e.test_upload_slice import post_files, wait_terminal
-from tests.hls_checks import continuity_breaks, joined, master_audio_uri, playlist_segments, stream_facts
+from tests.hls_checks import (
+    continuity_breaks,
+    joined,
+    master_audio_uri,
+    playlist_segments,
+    stream_facts,
+)
 from tests.media import make_video
 from tests.promise import wait_for
 from uploads.models import Job, JobAttempt, Output

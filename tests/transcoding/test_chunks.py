@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.hls_checks import (continuity_breaks, joined, master_audio_uri, playlist_segments, psnr,
-                              stream_facts)
+from tests.hls_checks import (
+    continuity_breaks,
+    joined,
+    master_audio_uri,
+    playlist_segments,
+    psnr,
+    stream_facts,
+)
 from tests.media import make_video, video_facts
 from transcoding import chunks, ffmpeg, ladder
 from transcoding.probe import Probe, probe_file
@@ -89,7 +95,7 @@ def test_only_videos_longer_than_the_threshold_are_chunked(short_segments, setti
 
 
 def test_every_join_is_continuous_in_every_rendition_and_the_audio(chunked, source, tmp_path):
-    plan, produced, final = chunked
+    plan, _, final = chunked
     master = final / "hls" / "master.m3u8"
     source_facts = video_facts(source)
     frame = 1 / FPS
@@ -118,7 +124,7 @@ def test_every_join_is_continuous_in_every_rendition_and_the_audio(chunked, sour
 
 
 def test_the_master_names_the_audio_rendition_and_the_mp4_is_a_remux(chunked, source):
-    plan, produced, final = chunked
+    _, produced, final = chunked
     master = (final / "hls" / "master.m3u8").read_text()
     assert master.count("#EXT-X-STREAM-INF:") == 2 and master.count('AUDIO="audio"') == 2
     assert "#EXT-X-MEDIA:TYPE=AUDIO" in master and 'CODECS="avc1.64' in master
