@@ -22,6 +22,7 @@ from tests.hls_checks import (
 )
 from tests.media import make_video
 from tests.promise import wait_for
+from tests.workers import wait_settled
 from uploads.models import Job, JobAttempt, Output
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -70,3 +71,25 @@ def test_a_long_video_is_one_job_to_its_user_made_of_parts(chunking_workers, mak
     wait_for(lambda: not any(media.list_prefix(media.job_prefix(job_id=str(k.id)))
                              for k in kids if k.part != "finalize"), 30, "the parts' copies deleted")
     assert media.exists(parent.outputs.get(name="mp4").file.name)
+
+
+def test_canceling_a_chunked_job_stops_its_running_chunk_and_withdraws_the_rest(
+        chunking_workers, make_user, api_client_for, tmp_path):
+    client = api_client_for(make_user("quitter"))
+    # 720p: a chunk runs for a few seconds, long enough to be caught running
+    video = make_video(tmp_path / "long.mp4", seconds=SECONDS, size="1280x720", rate=FPS)
+    [upload] = post_files(client, [video]).json()["uploads"]
+    job_id = upload["job"]["id"]
+    running = wait_for(lambda: Job.objects.filter(parent_id=job_id, part="chunk", status="running").first(), 120,
+                       "a chunk running")
+    assert client.post(f"/api/jobs/{job_id}/cancel/").status_code == 200
+    wait_for(lambda: not Job.objects.filter(parent_id=job_id, status__in=["queued", "running"]).exists(), 30,
+             "every part ended")
+    assert wait_settled(timeout_s=60)  # nothing left running or in flight in the dispatcher
+    assert Job.objects.get(id=job_id).status == "canceled"
+    running.refresh_from_db()
+    assert running.status == "canceled" and running.outputs.count() == 0
+    parts = Job.objects.filter(parent_id=job_id)
+    assert not parts.filter(part="finalize").exists()
+    assert set(parts.values_list("status", flat=True)) <= {"canceled", "succeeded"}
+    assert parts.filter(status="canceled").count() >= 2  # the running chunk and at least one not started
