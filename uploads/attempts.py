@@ -47,7 +47,7 @@ import media
 from project import metrics
 from project.dbclock import Now, db_now
 from project.lanes import Lane
-from uploads import services
+from uploads import parts, services
 from uploads.errors import JobError, TransientError
 from uploads.models import Job, JobAttempt
 
@@ -89,6 +89,8 @@ class Attempt:
         if self._lost.is_set() or not services.job_progress_set(
                 job_id=str(self.job.id), progress=percent, attempt=self.number, checkpoint=checkpoint):
             raise AttemptLost(str(self.job.id))
+        if self.job.parent_id:  # a part of a chunked job: the user sees its parent's progress
+            parts.parent_progress_refresh(parent_id=str(self.job.parent_id))
 
 
 # What an attempt made, or None when it handed its job to parts of their

@@ -95,6 +95,12 @@ def _progress(parent_id: str) -> int:
     return max(1, min(99, int((rows["done"] or 0.0) / total))) if total else 1
 
 
+def parent_progress_refresh(*, parent_id: str) -> None:
+    """A part reported progress: its running parent shows its parts' sum
+    (one UPDATE, at most once a second per running part)."""
+    Job.objects.filter(id=parent_id, status=Job.Status.RUNNING).update(progress=_progress(parent_id))
+
+
 def part_finished(*, part: Job, status: str, error_code: str, error_message: str) -> None:
     """A part has just ended (inside the transaction that ended it): move its
     parent on. The parent row is locked first, so two parts ending at once on
@@ -120,7 +126,7 @@ def part_finished(*, part: Job, status: str, error_code: str, error_message: str
         transaction.on_commit(lambda: services.media_delete(prefixes=prefixes))
         log.info("job %s finished from its parts", parent_id)
         return
-    Job.objects.filter(id=parent.id).update(progress=_progress(parent_id))
+    parent_progress_refresh(parent_id=parent_id)
     siblings = Job.objects.filter(parent_id=parent.id)
     waiting = siblings.exclude(part=Job.Part.FINALIZE).exclude(status=Job.Status.SUCCEEDED).exists()
     if waiting or siblings.filter(part=Job.Part.FINALIZE).exists():

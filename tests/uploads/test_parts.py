@@ -151,3 +151,11 @@ def test_an_ended_part_is_not_retried_on_its_own(split, owner, django_capture_on
         assert services.jobs_retry(job_ids=[chunk.id], actor=owner) == []
     chunk.refresh_from_db()
     assert chunk.status == "failed"
+
+
+def test_the_parent_shows_its_running_parts_progress_weighted_by_their_cost(split):
+    chunk = part(split, "chunk", 0)  # 40 of the 101 estimated seconds
+    started = services.job_start(job_id=str(chunk.id))
+    attempts.Attempt(job=started, number=started.attempts).progress(50)
+    split.refresh_from_db()
+    assert split.progress == int(40 * 50 / 101)
