@@ -13,8 +13,10 @@ wheel (`weed mini`, project/embedded_seaweedfs.py).
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -48,25 +50,22 @@ def wait_port(address: str, port: int, what: str, timeout: float = 60.0) -> None
 
 
 class PrivatePostgres:
-    """A throwaway PostgreSQL cluster: trust for the bridge's subnet (a private
-    network that exists for the length of the test run)."""
+    """A throwaway PostgreSQL cluster: trust for loopback and, for the
+    multi-host tests, the bridge's subnet (a private network that exists for
+    the length of the test run). The fault-injection suite restarts one of
+    these (restart), never the machine's own server."""
 
-    def __init__(self, address: str, subnet: str) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="fairlane-mh-pg-"))
+    def __init__(self, address: str = "127.0.0.1", subnet: str | None = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="fairlane-pg-"))
         shutil.chown(self.dir, "postgres", "postgres")
         self.address, self.port = address, free_port(address)
-        data = self.dir / "data"
-        subprocess.run(["runuser", "-u", "postgres", "--", str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust",
-                        "-U", "postgres", "--no-sync"], check=True, capture_output=True)
-        with open(data / "pg_hba.conf", "a") as hba:
-            hba.write(f"host all all {subnet} trust\n")
-        self.proc = subprocess.Popen(
-            ["runuser", "-u", "postgres", "--", str(PG_BIN / "postgres"), "-D", str(data), "-p", str(self.port),
-             "-c", f"listen_addresses={address},127.0.0.1", "-c", f"unix_socket_directories={self.dir}",
-             "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-             "-c", "max_connections=300"],
-            stdout=open(self.dir / "postgres.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
-        wait_port(address, self.port, "PostgreSQL")
+        self.data = self.dir / "data"
+        subprocess.run(["runuser", "-u", "postgres", "--", str(PG_BIN / "initdb"), "-D", str(self.data), "-A",
+                        "trust", "-U", "postgres", "--no-sync"], check=True, capture_output=True)
+        if subnet:
+            with open(self.data / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {subnet} trust\n")
+        self._start()
         self.url = f"postgres://postgres@{address}:{self.port}/fairlane"
         deadline = time.monotonic() + 30
         while subprocess.run(["runuser", "-u", "postgres", "--", str(PG_BIN / "createdb"), "-h", str(self.dir),
@@ -75,13 +74,33 @@ class PrivatePostgres:
                 raise RuntimeError("could not create the database: " + (self.dir / "postgres.log").read_text())
             time.sleep(0.2)
 
-    def stop(self) -> None:
-        self.proc.terminate()
+    def _start(self) -> None:
+        listen = ",".join(dict.fromkeys([self.address, "127.0.0.1"]))
+        self.proc = subprocess.Popen(
+            ["runuser", "-u", "postgres", "--", str(PG_BIN / "postgres"), "-D", str(self.data), "-p", str(self.port),
+             "-c", f"listen_addresses={listen}", "-c", f"unix_socket_directories={self.dir}",
+             "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+             "-c", "max_connections=300"],
+            stdout=open(self.dir / "postgres.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        wait_port(self.address, self.port, "PostgreSQL")
+
+    def _shutdown(self) -> None:
+        """A fast shutdown (SIGINT: open transactions are rolled back and
+        clients disconnected, as `pg_ctl restart` does)."""
+        os.killpg(self.proc.pid, signal.SIGINT)
         try:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+
+    def restart(self, *, down_for_s: float = 0.0) -> None:
+        self._shutdown()
+        time.sleep(down_for_s)
+        self._start()
+
+    def stop(self) -> None:
+        self._shutdown()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -10,4 +10,10 @@ class DispatcherConfig(AppConfig):
     verbose_name = "Fair dispatch"
 
     def ready(self) -> None:
+        from django.contrib import admin
+
         from dispatcher import worker  # noqa: F401 (connects the signals, registers project.fair_reconcile)
+
+        # The admin's index links the staff page (it is no model, so the app
+        # list would not show it).
+        admin.site.index_template = "dispatcher/admin_index.html"

@@ -15,6 +15,7 @@ production code never passes them.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,9 @@ class FairScheduler:
         cap: int | None = None, rate: tuple[float, float] | None = None, due: float | None = None,
         delay_s: float | None = None, now: float | None = None,
     ) -> tuple:
+        finite = [cost, weight, due, delay_s, *(rate if rate not in (None, NO_RATE_LIMIT) else ())]
+        if not all(v is None or math.isfinite(v) for v in finite):
+            raise ValueError("cost, weight, rate, due and delay must be finite numbers")
         if cost < 0:
             raise ValueError("cost must be >= 0")
         if weight is not None and weight <= 0:

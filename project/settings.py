@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -54,6 +55,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI as static files: the docs page loads nothing from a CDN
     "django_celery_results",
+    "rest_framework_tus",  # resumable uploads (tus protocol), uploads/resumable.py
     "dispatcher",
     "media",
     "uploads",
@@ -71,6 +73,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "uploads.resumable.TusMiddleware",
 ]
 
 ROOT_URLCONF = "project.urls"
@@ -126,6 +129,24 @@ FAIRLANE_MAX_FILES_PER_REQUEST = int(os.environ.get("FAIRLANE_MAX_FILES_PER_REQU
 FAIRLANE_MAX_USER_INFLIGHT_BYTES = int(os.environ.get("FAIRLANE_MAX_USER_INFLIGHT_BYTES", str(8 * 1024**3)))
 # Files stream to a temporary file (never memory) past this size.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+# Resumable uploads (tus, uploads/resumable.py). Chunks land in files here
+# on the web host that received them, until the finished file becomes a job:
+# with several web hosts, the tus requests of one upload must reach the same
+# host (sticky routing by the upload's URL) or this folder must be shared.
+FAIRLANE_RESUMABLE_DIR = Path(os.environ.get("FAIRLANE_RESUMABLE_DIR", VAR_DIR / "resumable"))
+# One PATCH carries at most this much (it is held in memory while written):
+# the page sends chunks of this size; a larger one is refused with 413.
+FAIRLANE_RESUMABLE_CHUNK_BYTES = int(os.environ.get("FAIRLANE_RESUMABLE_CHUNK_BYTES", str(8 * 1024**2)))
+# Unfinished resumable uploads are given up (and their chunks deleted) after this.
+FAIRLANE_RESUMABLE_EXPIRE_S = int(os.environ.get("FAIRLANE_RESUMABLE_EXPIRE_S", str(24 * 3600)))
+# https://github.com/dirkmoors/drf-tus: our model (with its owner), and a
+# save handler that leaves the finished file where it is for POST /api/uploads/.
+REST_FRAMEWORK_TUS = {
+    "UPLOAD_MODEL": "uploads.ResumableUpload",
+    "SAVE_HANDLER_CLASS": "uploads.resumable.KeepUntilClaimed",
+    "MAX_FILE_SIZE": FAIRLANE_MAX_UPLOAD_BYTES,
+    "UPLOAD_EXPIRES": timedelta(seconds=FAIRLANE_RESUMABLE_EXPIRE_S),
+}
 # Django's own count (a plain 400) stays one above ours, which answers first
 # with the API's JSON 413.
 DATA_UPLOAD_MAX_NUMBER_FILES = FAIRLANE_MAX_FILES_PER_REQUEST + 1
@@ -335,6 +356,13 @@ FAIR_INTERRUPT_HANDLERS = {
 # wait_p50_ms, wait_p99_ms}} over the last FAIR_USAGE_MINUTES (staff page).
 FAIR_USAGE_PROVIDERS = {"cpu-transcode": "uploads.selectors.transcode_usage_by_user"}
 FAIR_USAGE_MINUTES = int(os.environ.get("FAIR_USAGE_MINUTES", "10"))
+# Per lane: a callable(minutes=) -> {"t": [epoch s per minute], "users": {key:
+# {"share_pct": [...], "wait_p99_ms": [...]}}}, the staff page's charts.
+FAIR_HISTORY_PROVIDERS = {"cpu-transcode": "uploads.selectors.transcode_usage_history"}
+FAIR_HISTORY_MINUTES = 60
+# callable(user_ids=, lane=) -> {user id: KeyPolicy}: the weight and cap the
+# staff page shows for users with nothing on a lane right now.
+FAIR_POLICY_PROVIDER = "uploads.services.fair_policies"
 
 # --- Email -----------------------------------------------------------------------
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
@@ -570,8 +598,9 @@ NOTIFY_SENDING_LEASE_S = float(os.environ.get("NOTIFY_SENDING_LEASE_S", "120"))
 if NOTIFY_SENDING_LEASE_S <= max(NOTIFY_WEBHOOK_DEADLINE_S, NOTIFY_EMAIL_DEADLINE_S) + 30:
     raise ImproperlyConfigured("NOTIFY_SENDING_LEASE_S must exceed NOTIFY_WEBHOOK_DEADLINE_S and "
                                "NOTIFY_EMAIL_DEADLINE_S by more than 30 s")
-# Batch summaries list at most this many files (the counts cover all).
-NOTIFY_BATCH_LIST_MAX = int(os.environ.get("NOTIFY_BATCH_LIST_MAX", "100"))
+# Batch summaries list at most this many failed files (the counts cover all,
+# the one link goes to the batch's page): short enough to read at 2,000 files.
+NOTIFY_BATCH_FAILURES_LISTED = int(os.environ.get("NOTIFY_BATCH_FAILURES_LISTED", "20"))
 # Job endings not yet turned into events, and deliveries whose task the
 # dispatcher lost, are re-submitted with the jobs'.
 FAIR_RECONCILERS = [*FAIR_RECONCILERS, "notify.services.job_notifications_reconcile",

@@ -4,7 +4,7 @@ from django.urls import include, path
 from drf_spectacular import renderers
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from dispatcher.admin_page import fairness_page
+from dispatcher.admin_page import fairness_data, fairness_page
 from project.health import healthz
 from project.metrics import metrics_view
 
@@ -22,6 +22,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
     path("admin/fairness/", fairness_page, name="admin-fairness"),
+    path("admin/fairness/data/", fairness_data, name="admin-fairness-data"),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

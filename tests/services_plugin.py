@@ -39,6 +39,14 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
         from tests.multihost.cluster import start_shared
 
         os.environ.update(start_shared())
+    if os.environ.get("FAIRLANE_TEST_PRIVATE_POSTGRES") == "1":
+        # The fault-injection suite restarts PostgreSQL: a private server of
+        # this run, never the machine's own (needs root and Debian's binaries).
+        from bench.private_services import PrivatePostgres
+
+        PRIVATE_POSTGRES["server"] = server = PrivatePostgres()
+        atexit.register(server.stop)
+        os.environ["DATABASE_URL"] = server.url
     if os.environ.get("FAIRLANE_STORAGE") == "s3" and not os.environ.get("FAIRLANE_S3_ENDPOINT"):
         # The object-storage run: every process of the run (this one, the
         # workers, gunicorn) uses one private SeaweedFS.
@@ -61,6 +69,9 @@ def _start_redis() -> None:
     os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
     atexit.register(lambda: EMBEDDED_REDIS["proc"].kill())
 
+
+# The private PostgreSQL of this run, if one was started: {server}.
+PRIVATE_POSTGRES: dict = {}
 
 # The embedded Redis of this run, if one was started: {proc, data_dir, port, persist}.
 EMBEDDED_REDIS: dict = {}

@@ -284,6 +284,7 @@ def finalize(hls: Path, chunk_playlists: list[Path], workdir: Path, scratch: Pat
                            "kbps": kbps(sum(p.stat().st_size for p in segments), duration)})
     on_progress(50)
     (hls / "master.m3u8").write_text(master_playlist(hls, plan))
+    ladder.master_playlist_start_mid_ladder(hls)
     mp4 = plan.rendition(plan.mp4)
     video_ts = _joined([hls / mp4.name / uri for _, uri in playlist_entries(hls / mp4.name / "index.m3u8")],
                        scratch / "video.ts")

@@ -211,3 +211,32 @@ def master_playlist_ensure(hls_dir: Path, renditions: list[Rendition], duration_
         lines += [f"#EXT-X-STREAM-INF:BANDWIDTH={peak},AVERAGE-BANDWIDTH={average},"
                   f"RESOLUTION={r.width}x{r.height}", f"{r.name}/index.m3u8"]
     master.write_text("\n".join(lines) + "\n")
+
+
+def master_playlist_start_mid_ladder(hls_dir: Path) -> None:
+    """List a mid-ladder rendition first in the master playlist, the rest
+    after it in ladder order. Players (native HLS in Safari and Chromium,
+    hls.js without a start level) start with the first variant listed
+    (Apple's HLS authoring spec: "the first entry is played first"), so a
+    ladder listed lowest-first plays its first segments at 240p before
+    switching up. The middle rung (rounded up: 360p of 240/360/480, 480p of
+    four or five) looks fine on most screens and starts fast on slow links;
+    the player moves from there once it has measured the connection."""
+    master = hls_dir / "master.m3u8"
+    lines = master.read_text().splitlines()
+    head: list[str] = []
+    variants: list[list[str]] = []  # each: its tags, ending with its URI
+    pending: list[str] = []
+    for line in lines:
+        if variants or pending or line.startswith("#EXT-X-STREAM-INF:"):
+            pending.append(line)
+            if line and not line.startswith("#"):
+                variants.append(pending)
+                pending = []
+        else:
+            head.append(line)
+    if len(variants) < 2:
+        return
+    first = variants[len(variants) // 2]
+    ordered = [first, *(v for v in variants if v is not first)]
+    master.write_text("\n".join([*head, *(line for v in ordered for line in v), *pending]) + "\n")

@@ -28,6 +28,7 @@ def video(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> li
                timeout_s=ffmpeg.timeout_for(probe.duration_s) * size_factor)
     hls = workdir / "hls"
     ladder.master_playlist_ensure(hls, plan.renditions, probe.duration_s, plan.has_audio)
+    ladder.master_playlist_start_mid_ladder(hls)
     for name in ["master.m3u8", *(f"{r.name}/index.m3u8" for r in plan.renditions)]:
         if not (hls / name).is_file():
             raise MediaError("decode_failed", f"The video produced no {name}; the source has no usable frames.")

@@ -20,12 +20,12 @@ from drf_spectacular.utils import (OpenApiParameter, OpenApiResponse, extend_sch
                                    extend_schema_view)
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
-from rest_framework.parsers import MultiPartParser
+from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from uploads import estimates, selectors, services, upload_limits
+from uploads import estimates, resumable, selectors, services, upload_limits
 from uploads.api_schema import errors
 from uploads.delivery import output_url
 from uploads.errors import ApplicationError
@@ -148,6 +148,15 @@ class UploadCreateSerializer(UploadParamsSerializer):
                                  "named `file`; they form one batch.")
 
 
+class UploadFromResumableSerializer(UploadParamsSerializer):
+    """The JSON body that turns finished resumable (tus) uploads into a batch."""
+
+    resumable = serializers.ListField(
+        child=serializers.UUIDField(format="hex_verbose"), allow_empty=False,
+        help_text="Ids of finished tus uploads (the last part of their `/api/uploads/resumable/<id>/` URL); "
+                  "they form one batch.")
+
+
 class UploadCreateResponseSerializer(serializers.Serializer):
     batch = serializers.UUIDField()
     batch_url = serializers.URLField()
@@ -158,7 +167,7 @@ class UploadListCreateApi(ListAPIView):
     """GET: the user's uploads, newest first. POST: upload files (a batch)."""
 
     serializer_class = UploadSerializer
-    parser_classes = [MultiPartParser]
+    parser_classes = [MultiPartParser, JSONParser]
 
     def dispatch(self, request, *args, **kwargs):
         try:
@@ -180,19 +189,31 @@ class UploadListCreateApi(ListAPIView):
         return super().get(request, *args, **kwargs)
 
     @extend_schema(
-        operation_id="uploads_create", request={"multipart/form-data": UploadCreateSerializer},
+        operation_id="uploads_create", request={"multipart/form-data": UploadCreateSerializer,
+                                                "application/json": UploadFromResumableSerializer},
         parameters=[IDEMPOTENCY_PARAMETER],
         responses={202: UploadCreateResponseSerializer, **errors(400, 413, 422)},
         description="Store the files and queue a job for each (202: accepted, not yet processed). Too many "
-                    "files or a file over the size limit: 413, nothing stored.")
+                    "files or a file over the size limit: 413, nothing stored. Multipart: the files themselves. "
+                    "JSON: `resumable`, finished tus uploads (POST /api/uploads/resumable/), which are taken "
+                    "over (and removed from the resumable list) when the batch is created.")
     @idempotent("uploads_create")
     def post(self, request: Request) -> Response:
-        params = UploadParamsSerializer(data=request.data)
-        params.is_valid(raise_exception=True)
-        uploads = services.uploads_create(
-            owner=request.user, files=request.FILES.getlist("file"),
-            scheduled_for=params.validated_data["scheduled_for"],
-        )
+        if request.content_type.startswith("application/json"):
+            params = UploadFromResumableSerializer(data=request.data)
+            params.is_valid(raise_exception=True)
+            files = resumable.resumable_files_claim(
+                user=request.user, guids=[str(g) for g in params.validated_data["resumable"]])
+        else:
+            params = UploadParamsSerializer(data=request.data)
+            params.is_valid(raise_exception=True)
+            files = request.FILES.getlist("file")
+        try:
+            uploads = services.uploads_create(
+                owner=request.user, files=files, scheduled_for=params.validated_data["scheduled_for"])
+        finally:
+            for f in files:
+                f.close()
         batch = uploads[0].batch
         body = {
             "batch": str(batch),
@@ -228,6 +249,9 @@ JOB_LIST_FINGERPRINT_FIELDS = ("id", "created_at", "status", "progress", "attemp
                                "started_at", "finished_at", "wait_ms")
 
 
+MAX_SEARCH_LENGTH = 100
+
+
 class JobListApi(ListAPIView):
     """The user's jobs, newest first. Conditional: the upload page polls it
     with If-None-Match and gets 304 Not Modified while nothing changed."""
@@ -238,8 +262,11 @@ class JobListApi(ListAPIView):
         wanted = self.request.query_params.get("status")
         if wanted and wanted not in Job.Status.values:
             raise ApplicationError("invalid_status", f"status must be one of {', '.join(Job.Status.values)}.")
+        search = self.request.query_params.get("search", "").strip()
+        if len(search) > MAX_SEARCH_LENGTH:
+            raise ApplicationError("invalid_search", f"search is at most {MAX_SEARCH_LENGTH} characters.")
         return selectors.jobs_for_user(user=self.request.user, status=wanted,
-                                       batch=_uuid_param(self.request, "batch"))
+                                       batch=_uuid_param(self.request, "batch"), search=search)
 
     def _etag(self, queryset) -> str:
         """The page's fingerprint: its rows' changing fields and its links,
@@ -259,6 +286,8 @@ class JobListApi(ListAPIView):
         parameters=[
             OpenApiParameter("status", OpenApiTypes.STR, enum=Job.Status.values, description="Only jobs in it."),
             BATCH_FILTER,
+            OpenApiParameter("search", OpenApiTypes.STR, description="Only files whose name contains this "
+                             f"(any case; at most {MAX_SEARCH_LENGTH} characters)."),
             OpenApiParameter("If-None-Match", OpenApiTypes.STR, OpenApiParameter.HEADER,
                              description="The ETag of an earlier answer: 304 while the page is unchanged."),
         ],

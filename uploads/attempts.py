@@ -61,6 +61,28 @@ TRANSIENT_ERRORS = (TransientError, OperationalError, InterfaceError, redis.Conn
 FAILED_OUTCOMES = ("retry", "lost")
 
 
+class JobFailed(Exception):
+    """Raised by a job's task after its delivery failed the job (the failure
+    is recorded by then): Celery stores the task as FAILURE, so Flower and
+    the results admin say what happened to the job. It is a report, not a
+    crash: the tasks declare it in `throws` (logged without a traceback),
+    the message is acknowledged (acks_late acknowledges failures), the
+    dispatcher's postrun reports the finish as for any other end, and
+    nothing retries it (no autoretry; the lost-handler takes only
+    WorkerLostError and TimeLimitExceeded)."""
+
+
+def delivery_result(*, job_id: str, task_id: str, result: str | None) -> str | None:
+    """What a job's task returns for a delivery that ran: `result`, unless
+    this delivery failed the job, which raises JobFailed with the job's
+    error code and message."""
+    if result is None and task_id:
+        failed = JobAttempt.objects.filter(job_id=job_id, task_id=task_id[:64], outcome=Job.Status.FAILED).first()
+        if failed is not None:
+            raise JobFailed(f"{failed.error_code}: {failed.error_message}")
+    return result
+
+
 class AttemptLost(Exception):
     """The job is no longer this attempt's: canceled, handed back by a
     stopping worker, or taken over after this attempt's lease ran out."""

@@ -7,10 +7,12 @@ through the guarded services in uploads/services.py, never through save().
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+from rest_framework_tus.models import AbstractUpload
 
 from project import plans
 
@@ -277,3 +279,25 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope} {self.key!r} of user {self.owner_id}"
+
+
+class ResumableUpload(AbstractUpload):
+    """A file arriving over the tus protocol (drf-tus, uploads/resumable.py):
+    chunk by chunk into a file on the receiving web host, resumable after a
+    dropped connection. Once complete, `POST /api/uploads/` with its guid
+    in "resumable" turns it into an Upload and a job, and the row goes."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="resumable_uploads")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def get_or_create_temporary_file(self) -> str:
+        # Under FAIRLANE_RESUMABLE_DIR (not the system's temporary folder,
+        # which a reboot or tmpreaper may empty mid-upload), named by guid.
+        if not self.temporary_file_path:
+            folder = Path(settings.FAIRLANE_RESUMABLE_DIR)
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{self.guid}.part"
+            path.touch()
+            self.temporary_file_path = str(path)
+            self.save(update_fields=["temporary_file_path"])
+        return self.temporary_file_path

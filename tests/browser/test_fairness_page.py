@@ -3,6 +3,7 @@ each user with work on a lane, and how much of it is still held."""
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 import redis
@@ -52,9 +53,34 @@ def held_jobs(make_person):
             fair_redis.hdel(f"{sched.prefix}{setting}", str(user.id))
 
 
+def finished_jobs(users: dict) -> None:
+    """Jobs that ran in the last half hour: dora's took twice eli's worker
+    time; eli waited longer (the charts' history is these rows)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from uploads.models import Job, Upload
+
+    now = timezone.now()
+    for minutes_ago in range(2, 30, 3):
+        for username, process_ms, wait_ms in (("dora", 2000, 100), ("eli", 1000, 900)):
+            user = users[username]
+            upload = Upload.objects.create(owner=user, batch=uuid.uuid4(), filename="f.mp4", file="x", size=1)
+            ended = now - timedelta(minutes=minutes_ago)
+            Job.objects.create(upload=upload, owner=user, lane="cpu-transcode", status="succeeded",
+                               started_at=ended - timedelta(milliseconds=process_ms), finished_at=ended,
+                               process_ms=process_ms, wait_ms=wait_ms)
+
+
 def test_the_fairness_page_shows_each_users_backlog(held_jobs, make_person, page, admin_login, screenshot):
+    finished_jobs(held_jobs)
+    idle = make_person("ivan")  # nothing on the lane now, work in the last minutes
+    finished_jobs({"dora": idle, "eli": idle})
     admin_login(page, make_person("olga", staff=True))
-    page.goto("/admin/fairness/")
+    # Linked from the admin's index.
+    page.click("#fair-dispatch-link a")
+    expect(page).to_have_url("/admin/fairness/")
 
     lane = page.locator("h2", has_text="cpu-transcode")
     expect(lane).to_be_visible()
@@ -65,4 +91,24 @@ def test_the_fairness_page_shows_each_users_backlog(held_jobs, make_person, page
         row = table.locator("tbody tr", has=page.locator("td", has_text=username))
         expect(row).to_have_count(1)
         expect(row.locator("td").nth(backlog)).to_have_text(held)
+        # States in words, not the scheduler's names.
+        expect(row.locator("td").nth(headers.index("state"))).to_have_text("waiting for its rate limit")  # the fixture rate-limits them
+    ivan = table.locator("tbody tr", has=page.locator("td", has_text="ivan"))
+    expect(ivan.locator("td").nth(headers.index("state"))).to_have_text("idle")
+    expect(ivan.locator("td").nth(headers.index("weight"))).to_have_text("1")  # the plan's, not a dash
+    expect(ivan.locator("td").nth(headers.index("cap"))).to_have_text("no cap")
+
+    # It refreshes itself: a change in the scheduler shows without a reload.
+    page.evaluate("window.__notReloaded = true")
+    dispatcher.scheduler(Lane.CPU_TRANSCODE).cancel("browser-fairness-dora-5")
+    row = table.locator("tbody tr", has=page.locator("td", has_text="dora"))
+    expect(row.locator("td").nth(backlog)).to_have_text("4", timeout=15_000)
+    assert page.evaluate("window.__notReloaded") is True
+
+    # Charts of the last hour: a series per user, from the jobs that ran.
+    charts = page.locator("#lane-cpu-transcode .charts")
+    expect(charts.locator(".chart-pct canvas")).to_have_count(1)
+    expect(charts.locator(".chart-ms canvas")).to_have_count(1)
+    for name in ("dora", "eli", "ivan"):
+        expect(charts.locator(".chart-pct .u-legend")).to_contain_text(name)
     screenshot(page, "fairness-page")

@@ -25,18 +25,23 @@ def test_the_hls_ladder_plays_from_start_to_end(
     assert [r["name"] for r in renditions] == ["240p", "360p"]
 
     segments: list[str] = []
+    playlists: list[str] = []
     page.on("response", lambda r: segments.append(f"{r.status} {r.url}") if ".ts" in r.url.split("?")[0] else None)
+    page.on("response", lambda r: playlists.append(r.url) if ".m3u8" in r.url.split("?")[0] else None)
     site_login(page, fay)
     page.goto(f"/jobs/{job['id']}/")
     expect(page.locator("h2")).to_have_text("clip.mp4")
     expect(page.locator("#source")).to_have_text("Playing the HLS ladder.")
     player = page.locator("#player")
-    assert "/o/" in player.evaluate("v => v.currentSrc") and "master.m3u8" in player.evaluate("v => v.currentSrc")
+    page.wait_for_function("() => document.getElementById('player').readyState >= 1")
+    assert "/o/" in playlists[0] and playlists[0].split("?")[0].endswith("/master.m3u8"), playlists
     player.evaluate("v => v.play()")
     page.wait_for_function("() => document.getElementById('player').ended", timeout=30_000)
     state = player.evaluate("v => ({w: v.videoWidth, t: v.currentTime, d: v.duration, err: v.error})")
     assert state["err"] is None and state["w"] in (426, 640) and state["t"] == pytest.approx(5, abs=0.25)
     assert len({s.split("?")[0].rsplit("/", 1)[1] for s in segments}) >= 2  # both 4 s segments, in some rendition
+    # It started mid-ladder (360p of 240p/360p), not at the lowest rendition.
+    assert "/360p/seg_000.ts" in segments[0].split("?")[0], segments
     assert all(s.split(" ", 1)[0] in ("200", "206") for s in segments)
     if settings.FAIRLANE_STORAGE == "s3":  # every segment came from the store, presigned for its public name
         public = settings.STORAGES["public"]["OPTIONS"]["endpoint_url"]
@@ -44,3 +49,34 @@ def test_the_hls_ladder_plays_from_start_to_end(
     player.evaluate("v => { v.currentTime = 2.5; }")  # a frame to look at in the screenshot
     page.wait_for_function("() => document.getElementById('player').readyState >= 2")
     screenshot(page, "job-page")
+    assert_fits_window(page, 640 / 360)
+
+
+def test_a_portrait_video_fits_the_window(
+    workers, make_person, page, site_login, screenshot, wait_terminal, api_client_for, tmp_path
+):
+    gil = make_person("gil")
+    with open(make_video(tmp_path / "phone.mp4", seconds=2, size="360x640"), "rb") as fh:
+        upload = api_client_for(gil).post("/api/uploads/", {"file": fh}, format="multipart").json()["uploads"][0]
+    job = wait_terminal(api_client_for(gil), upload["job"]["url"])
+    assert job["status"] == "succeeded", job["error"]
+    site_login(page, gil)
+    page.goto(f"/jobs/{job['id']}/")
+    player = page.locator("#player")
+    page.wait_for_function("() => document.getElementById('player').readyState >= 2")
+    assert player.evaluate("v => [v.videoWidth, v.videoHeight]") == [360, 640]  # mid-ladder: 360p first
+    assert_fits_window(page, 360 / 640)
+    page.set_viewport_size({"width": 700, "height": 500})  # a small window: still all of it in view
+    assert_fits_window(page, 360 / 640)
+    screenshot(page, "job-page-portrait")
+
+
+def assert_fits_window(page, aspect: float) -> None:
+    """The player is wholly inside the window (no scrolling to see the bottom
+    of a portrait video) and has the video's shape (no bars)."""
+    box = page.locator("#player").bounding_box()
+    window = page.evaluate("() => ({w: innerWidth, h: innerHeight})")
+    assert box["x"] >= 0 and box["y"] >= 0, box
+    assert box["x"] + box["width"] <= window["w"] and box["y"] + box["height"] <= window["h"], (box, window)
+    assert box["width"] / box["height"] == pytest.approx(aspect, rel=0.02), box
+    assert box["height"] >= window["h"] / 2 or box["width"] >= 0.9 * page.locator("main").bounding_box()["width"]

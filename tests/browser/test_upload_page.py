@@ -30,7 +30,7 @@ def test_a_user_uploads_three_files_and_watches_them_all_succeed(
     expect(page).to_have_url("/")
     page.set_input_files("#picker", [str(f) for f in files])
 
-    expect(page.locator("#upload-status")).to_have_text("3 file(s) accepted.")
+    expect(page.locator("#sending .batch-status")).to_have_text("3 file(s) accepted.")
     rows = page.locator("#jobs tbody tr")
     expect(rows).to_have_count(3)
     for name in ("beach.mp4", "party.mov", "sunset.png"):
@@ -47,6 +47,9 @@ def test_a_user_uploads_three_files_and_watches_them_all_succeed(
 
     # The page is done polling fast once nothing moves; the links it shows
     # are signed and open in this browser session.
+    for name in ("beach.mp4", "party.mov", "sunset.png"):  # a thumbnail (image) or poster (video) beside each name
+        thumb = rows.filter(has_text=name).locator("img.thumb")
+        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=thumb.element_handle())
     mp4_url = rows.filter(has_text="beach.mp4").locator("td").nth(5).locator("a", has_text="mp4").get_attribute("href")
     screenshot(page, "upload-page")
 

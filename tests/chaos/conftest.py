@@ -24,7 +24,7 @@ from bench.harness import Worker, _free_port
 from tests.workers import test_database_url
 
 # Short leases and intervals so that each scenario recovers in seconds; the
-# production defaults are in project/settings.py (README "Reliability").
+# production defaults are in project/settings.py (docs/reliability.md).
 CHAOS_ENV = {
     "FAIRLANE_FAULT_INJECTION": "1",
     "FAIRLANE_JOB_LEASE_S": "4",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -196,7 +195,7 @@ def test_sigterm_drains_gracefully_and_hands_back_what_it_cannot_finish(cluster,
     pids = {str(pid) for pid in [leaving.proc.pid, *leaving.children()]}
     t_fault = time.time()
     leaving.proc.send_signal(signal.SIGTERM)  # the main process only, as a process manager does
-    leaving.proc.wait(3 + 15)  # grace + stop margin (README "Deploying")
+    leaving.proc.wait(3 + 15)  # grace + stop margin (docs/operations.md, "Deploying")
     shutdown_s = time.time() - t_fault
     # nothing was started by the leaving worker after the signal (a small margin for a claim in flight)
     late = [a for a in JobAttempt.objects.filter(job_id__in=heavy + light, started_at__gt=_at(t_fault + 0.5))
@@ -248,13 +247,13 @@ def test_redis_flushall_is_repaired_from_the_database(cluster, make_user, api_cl
 
 
 def test_postgresql_restart(cluster, make_user, api_client_for, media, record):
-    if connection.vendor != "postgresql":
-        pytest.skip("the database of this run is SQLite; PostgreSQL restarts are tested in the PostgreSQL run")
-    version = next(Path("/etc/postgresql").iterdir()).name
+    from tests.services_plugin import PRIVATE_POSTGRES
+
+    if "server" not in PRIVATE_POSTGRES:
+        pytest.skip("this run's database is not a private PostgreSQL (bin/test starts one for this suite as root)")
 
     def restart() -> None:
-        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True,
-                       capture_output=True)
+        PRIVATE_POSTGRES["server"].restart()
         connection.close()
 
     row, recovery_s = _through_a_service_fault(cluster, make_user, api_client_for, media, restart)

@@ -313,3 +313,15 @@ def test_without_an_explicit_time_every_comparison_uses_redis_s_clock(sched, red
     assert redis_now + 29 < due <= sched.time() + 30
     assert 28 < sched.next_wakeup_in() <= 30  # the delayed job, relative to Redis's clock
     assert sched.start("now") and sched.reap() == []  # nothing expired by Redis's clock
+
+
+@pytest.mark.parametrize("settings", [
+    {"cost": float("nan")}, {"cost": float("inf")}, {"weight": float("nan")}, {"weight": float("inf")},
+    {"rate": (float("nan"), 5)}, {"rate": (1.0, float("nan"))}, {"delay_s": float("nan")},
+])
+def test_values_that_are_not_finite_numbers_are_refused_and_hold_nothing(sched, settings):
+    """NaN passes every `<= 0` check and would poison the lane's virtual
+    clock for every user (a sibling of the 1e-300 weight)."""
+    with pytest.raises(ValueError):
+        sched.submit("j", "u", **settings)
+    assert sched.release() == []

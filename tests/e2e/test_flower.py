@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from django_celery_results.models import TaskResult
 
 from tests.media import make_video
 from uploads.models import Job
@@ -76,21 +77,49 @@ def test_flower_needs_its_password_and_shows_both_lanes_and_readable_tasks(flowe
         time.sleep(1)
 
     user = make_user("watched")
-    with open(make_video(tmp_path / "v.mp4", seconds=1), "rb") as fh:
-        job_id = api_client_for(user).post("/api/uploads/", {"file": fh}, format="multipart").json()[
-            "uploads"][0]["job"]["id"]
+    job_id = upload(api_client_for(user), make_video(tmp_path / "v.mp4", seconds=1))
+    ours = flower_tasks_of(flower, job_id)
+    run = next(t for t in ours if t["name"] == "transcoding.job_run")
+    # The message's own id names the job (each run of a job gets a new one), args are readable.
+    assert run["uuid"].startswith(f"{job_id}@") and run["args"] == f"['{job_id}']"
+    assert run["state"] == "SUCCESS"
+    job = Job.objects.get(id=job_id)
+    assert job.status == "succeeded" and job.task_id == run["uuid"]  # the admin links the same message
+
+
+def test_flower_shows_a_failed_job_as_failed_and_the_job_is_not_run_again(flower, make_user, api_client_for,
+                                                                         tmp_path):
+    good = make_video(tmp_path / "good.mp4", seconds=1)
+    corrupt = tmp_path / "corrupt.mp4"
+    corrupt.write_bytes(good.read_bytes()[:600] + b"\x00garbage" * 200)  # header cut, body junk
+    job_id = upload(api_client_for(make_user("failing")), corrupt)
+    run = next(t for t in flower_tasks_of(flower, job_id) if t["name"] == "transcoding.job_run")
+    job = Job.objects.get(id=job_id)
+    assert job.status == "failed" and job.error_code in {"not_media", "decode_failed"}
+    # The task's state says what happened to the job, with the job's error code.
+    assert run["state"] == "FAILURE" and job.error_code in run["exception"], run
+    # The raised exception is the task's report, not a crash: the job ran once
+    # and was not retried or handed back.
+    assert job.attempts == 1 and list(job.attempt_log.values_list("outcome", flat=True)) == ["failed"]
+    result = TaskResult.objects.get(task_id=run["uuid"])
+    assert result.status == "FAILURE" and result.task_name == "transcoding.job_run"
+
+
+def upload(client, path: Path) -> str:
+    with open(path, "rb") as fh:
+        return client.post("/api/uploads/", {"file": fh}, format="multipart").json()["uploads"][0]["job"]["id"]
+
+
+def flower_tasks_of(flower: str, job_id: str) -> list[dict]:
+    """Flower's tasks for the job once its run and its notification are both
+    done (in a final state)."""
     deadline = time.monotonic() + 60
     while True:
         status, tasks = get(f"{flower}/api/tasks", auth=AUTH)
         assert status == 200
         ours = [t for t in tasks.values() if job_id in str(t.get("args"))]
-        names = {t["name"] for t in ours}
-        if {"transcoding.job_run", "notify.job_finished"} <= names:
-            break
-        assert time.monotonic() < deadline, f"Flower shows {names} for the job"
+        done = {t["name"] for t in ours if t.get("state") in ("SUCCESS", "FAILURE")}
+        if {"transcoding.job_run", "notify.job_finished"} <= done:
+            return ours
+        assert time.monotonic() < deadline, f"Flower shows {[(t['name'], t.get('state')) for t in ours]} for the job"
         time.sleep(1)
-    run = next(t for t in ours if t["name"] == "transcoding.job_run")
-    # The message's own id names the job (each run of a job gets a new one), args are readable.
-    assert run["uuid"].startswith(f"{job_id}@") and run["args"] == f"['{job_id}']"
-    job = Job.objects.get(id=job_id)
-    assert job.status == "succeeded" and job.task_id == run["uuid"]  # the admin links the same message

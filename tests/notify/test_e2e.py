@@ -139,8 +139,8 @@ def test_a_real_email_goes_out_through_smtp_from_a_worker(make_user, make_batch,
     assert message["Subject"] == "[Fairlane] 1 file(s) done, 1 failed"
     text = message.get_body(("plain",)).get_content()
     html = message.get_body(("html",)).get_content()
-    assert "file-0.mp4: failed (not_media: Not a media file.)" in text
-    assert f'href="https://fairlane.example/jobs/{job.id}/"' in html
+    assert "- file-0.mp4 (not_media: Not a media file.)" in text
+    assert f'href="https://fairlane.example/batches/{job.upload.batch}/"' in html
     delivery = Delivery.objects.get(channel="email")
     assert delivery.status == "succeeded" and delivery.attempts == 1
     assert str(uuid.UUID(str(delivery.event.batch))) == str(job.upload.batch)

@@ -41,8 +41,10 @@ def test_the_batch_summary_waits_for_every_job_and_is_sent_once_even_with_failur
     [summary] = Event.objects.filter(type="batch.completed")
     batch = summary.payload["data"]["batch"]
     assert batch["total"] == 3 and batch["counts"] == {"succeeded": 1, "failed": 1, "canceled": 1}
-    assert [f["status"] for f in batch["files"]] == ["succeeded", "failed", "canceled"]
-    assert batch["files"][1]["error"] == {"code": "not_media", "message": "Not a media file."}
+    # The failed files (not every file): the batch's page lists them all.
+    assert [f["filename"] for f in batch["failures"]] == ["file-1.mp4"] and batch["failures_not_listed"] == 0
+    assert batch["failures"][0]["error"] == {"code": "not_media", "message": "Not a media file."}
+    assert batch["results_url"].endswith(f"/batches/{jobs[0].upload.batch}/")
     assert sorted(summary.deliveries.values_list("channel", flat=True)) == ["email", "webhook"]
     assert summary.deliveries.get(channel="webhook").endpoint == endpoint
 
@@ -85,7 +87,7 @@ def test_a_job_retried_since_is_not_reported_as_failed(alice, make_batch, make_e
     assert not Event.objects.exists()
 
 
-def test_the_summary_email_has_text_and_html_with_links_to_the_results(alice, make_batch, settings):
+def test_the_summary_email_has_text_and_html_with_the_failures_and_a_link_to_the_batch(alice, make_batch, settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     settings.FAIRLANE_BASE_URL = "https://fairlane.example"
     jobs = make_batch(alice, ["running", "running"])
@@ -95,10 +97,12 @@ def test_the_summary_email_has_text_and_html_with_links_to_the_results(alice, ma
     assert services.delivery_attempt(delivery_id=str(delivery.id), seq=0) == "succeeded"
     [message] = mail.outbox
     assert message.to == ["alice@example.com"] and message.subject == "[Fairlane] 2 file(s) done, 1 failed"
-    assert "file-0.mp4: succeeded" in message.body and "file-1.mp4: failed (not_media: Not a media file.)" in message.body
-    assert f"https://fairlane.example/jobs/{jobs[0].id}/" in message.body
+    assert "1 succeeded" in message.body and "- file-1.mp4 (not_media: Not a media file.)" in message.body
+    assert "file-0.mp4" not in message.body  # succeeded files are counted, not listed
+    batch_url = f"https://fairlane.example/batches/{jobs[0].upload.batch}/"
+    assert batch_url in message.body
     html, mimetype = message.alternatives[0]
-    assert mimetype == "text/html" and f'href="https://fairlane.example/jobs/{jobs[1].id}/"' in html
+    assert mimetype == "text/html" and f'href="{batch_url}"' in html
     assert services.delivery_attempt(delivery_id=str(delivery.id), seq=0) == "stale"  # a duplicate sends nothing
     assert len(mail.outbox) == 1
 

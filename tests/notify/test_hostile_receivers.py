@@ -180,8 +180,8 @@ def test_a_mail_server_that_trickles_its_greeting_is_cut_off_at_the_total_deadli
     with HostileServer(greet_slowly) as server:
         fast_retries.EMAIL_HOST, fast_retries.EMAIL_PORT = "127.0.0.1", server.port
         event = services.event_publish(owner=alice, event_type="batch.completed", key="slow-smtp",
-                                       data={"batch": {"id": "b", "total": 1, "counts": {"failed": 1}, "files": [],
-                                                       "truncated": False, "results_url": "/"}})
+                                       data={"batch": {"id": "b", "total": 1, "counts": {"failed": 1}, "failures": [],
+                                                       "failures_not_listed": 1, "results_url": "/"}})
         delivery = event.deliveries.get(channel="email")
         assert attempt(delivery) == "retry"
     assert_recorded(delivery, "retry", tries=1)

@@ -36,7 +36,8 @@ def test_a_clip_becomes_an_hls_ladder_an_mp4_and_a_poster_in_one_run(transcode, 
     master, hls = out["hls"]
     assert master.name == "master.m3u8"
     variants = hls_variants(master)
-    assert [v["RESOLUTION"] for v in variants] == ["426x240", "640x360"]
+    # Players start with the first variant listed: mid-ladder, not the lowest.
+    assert [v["RESOLUTION"] for v in variants] == ["640x360", "426x240"]
     assert all("mp4a" in v["CODECS"] and int(v["BANDWIDTH"]) > 0 for v in variants)
     assert [r["name"] for r in hls.metadata["renditions"]] == ["240p", "360p"]
     for variant in variants:
@@ -50,6 +51,26 @@ def test_a_clip_becomes_an_hls_ladder_an_mp4_and_a_poster_in_one_run(transcode, 
     assert mp4.read_bytes().find(b"moov") < mp4.read_bytes().find(b"mdat")  # faststart
     with Image.open(out["poster"][0]) as poster:
         assert (poster.format, poster.size) == ("JPEG", (640, 360))
+
+
+@pytest.mark.parametrize(
+    ("names", "first"),
+    [(["240p"], "240p"), (["240p", "360p"], "360p"), (["240p", "360p", "480p"], "360p"),
+     (["240p", "360p", "480p", "720p"], "480p"), (["240p", "360p", "480p", "720p", "1080p"], "480p")],
+)
+def test_the_master_playlist_lists_a_mid_ladder_rendition_first_and_the_rest_in_order(names, first, tmp_path):
+    lines = ["#EXTM3U", "#EXT-X-VERSION:6"]
+    for name in names:
+        lines += [f"#EXT-X-STREAM-INF:BANDWIDTH={int(name[:-1]) * 1000},RESOLUTION=1x{name[:-1]}",
+                  f"{name}/index.m3u8"]
+    (tmp_path / "master.m3u8").write_text("\n".join(lines) + "\n")
+    ladder.master_playlist_start_mid_ladder(tmp_path)
+    text = (tmp_path / "master.m3u8").read_text().splitlines()
+    assert text[:2] == ["#EXTM3U", "#EXT-X-VERSION:6"]
+    uris = [line.split("/")[0] for line in text if line.endswith(".m3u8")]
+    assert uris == [first, *(n for n in names if n != first)]
+    for uri in uris:  # each variant keeps its own attributes
+        assert text[text.index(f"{uri}/index.m3u8") - 1].endswith(f"RESOLUTION=1x{uri[:-1]}")
 
 
 def test_every_segment_starts_with_a_keyframe_at_the_segment_duration(transcode, tmp_path: Path, settings):
@@ -169,7 +190,7 @@ def test_odd_width_and_height_come_out_even(transcode, tmp_path: Path):
 def test_a_4k_source_is_capped_at_1080p(transcode, tmp_path: Path):
     out = transcode(make_video(tmp_path / "uhd.mp4", seconds=0.12, size="3840x2160", audio=False))
     facts, variants = web_ready(out)
-    assert [v["RESOLUTION"] for v in variants] == ["426x240", "640x360", "854x480", "1280x720", "1920x1080"]
+    assert [v["RESOLUTION"] for v in variants] == ["854x480", "426x240", "640x360", "1280x720", "1920x1080"]
     assert facts["display"] == (1280, 720) and facts["frames"] == 3
 
 

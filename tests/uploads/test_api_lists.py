@@ -160,3 +160,17 @@ def test_another_users_batch_is_not_found(make_user, api_client_for):
                  client.post(f"/api/batches/{batch.id}/retry/"), client.delete(f"/api/batches/{batch.id}/")):
         assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
     assert Job.objects.get().status == "queued"
+
+
+def test_jobs_are_searched_by_part_of_the_file_name_in_any_case(make_user, api_client_for):
+    alice, bob = make_user("alice"), make_user("bob")
+    batch = uuid.uuid4()
+    for owner, name in [(alice, "Beach-2026.mp4"), (alice, "party.mov"), (alice, "beach.png"), (bob, "beach.mp4")]:
+        upload = Upload.objects.create(owner=owner, batch=batch, filename=name, file="x", size=1)
+        Job.objects.create(upload=upload, owner=owner, lane="cpu-transcode")
+    client = api_client_for(alice)
+    found = client.get("/api/jobs/?search=BEACH").json()["results"]
+    assert sorted(j["upload"]["filename"] for j in found) == ["Beach-2026.mp4", "beach.png"]
+    assert client.get("/api/jobs/?search=beach&status=failed").json()["results"] == []
+    too_long = client.get("/api/jobs/?search=" + "x" * 101)
+    assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "invalid_search"

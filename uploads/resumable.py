@@ -1,0 +1,203 @@
+"""Resumable uploads over the tus protocol (https://tus.io/protocols/resumable-upload),
+served by drf-tus; the page's client is tus-js-client (uploads/static).
+
+    POST   /api/uploads/resumable/          Upload-Length, Upload-Metadata -> 201, Location
+    HEAD   /api/uploads/resumable/<guid>/   -> Upload-Offset: how much arrived
+    PATCH  /api/uploads/resumable/<guid>/   Upload-Offset + a chunk -> 204, the new offset
+    DELETE /api/uploads/resumable/<guid>/   give it up
+
+A dropped connection costs at most the chunk in flight: the client asks
+with HEAD where the upload stands and goes on from there. A finished upload
+is not a job yet: `POST /api/uploads/` with {"resumable": [guid, ...]}
+turns finished uploads into one batch, through the same service (limits,
+storage, jobs) as a multipart upload, and removes them here.
+
+What is ours around drf-tus: every upload has an owner and only its owner
+reaches it (404 otherwise); a chunk is at most FAIRLANE_RESUMABLE_CHUNK_BYTES
+and is read from the request stream (not `request.body`, whose limit is
+Django's small DATA_UPLOAD_MAX_MEMORY_SIZE); a user has at most
+FAIRLANE_MAX_FILES_PER_REQUEST unfinished uploads; malformed tus headers
+and every refusal answer in the API's error shape.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.generics import GenericAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework_tus import middleware as tus_middleware
+from rest_framework_tus import states
+from rest_framework_tus.parsers import TusUploadStreamParser
+from rest_framework_tus.storage import AbstractUploadSaveHandler
+from rest_framework_tus.views import (
+    TusCreateMixin,
+    TusHeadMixin,
+    TusPatchMixin,
+    TusTerminateMixin,
+    UploadMetadata,
+)
+
+from uploads.api_schema import errors
+from uploads.errors import ApplicationError
+from uploads.models import ResumableUpload
+
+log = logging.getLogger(__name__)
+
+
+class TusMiddleware(tus_middleware.TusMiddleware):
+    """drf-tus's header parsing, with a malformed number (Upload-Length: abc)
+    answered as a 400 instead of drf-tus's ValueError (a 500)."""
+
+    def process_request(self, request: HttpRequest) -> HttpResponse | None:
+        try:
+            return super().process_request(request)
+        except (ValueError, TypeError):
+            return JsonResponse({"error": {"code": "invalid_tus_header",
+                                           "message": "A tus header has a malformed value."}}, status=400)
+
+
+class KeepUntilClaimed(AbstractUploadSaveHandler):
+    """The finished file stays where its chunks were written until
+    `resumable_files_claim` turns it into a job (settings.REST_FRAMEWORK_TUS)."""
+
+    def handle_save(self) -> None:
+        self.finish()
+
+
+class ResumableUploadSerializer(serializers.ModelSerializer):
+    """What drf-tus validates on creation (from the tus headers) and the
+    schema shows; never where the chunks are kept."""
+
+    class Meta:
+        model = ResumableUpload
+        fields = ["guid", "upload_length", "upload_offset", "upload_metadata", "filename", "state", "expires"]
+        read_only_fields = ["guid", "upload_offset", "state", "expires"]
+
+
+TUS_HEADERS = [
+    OpenApiParameter("Tus-Resumable", str, OpenApiParameter.HEADER, required=True, description="`1.0.0`"),
+]
+
+
+class _Tus:
+    """What the tus views share: the owner's uploads only, drf-tus's string
+    refusals in the API's error shape."""
+
+    serializer_class = ResumableUploadSerializer
+    parser_classes = [TusUploadStreamParser]
+    metadata_class = UploadMetadata
+    lookup_field = "guid"
+    lookup_url_kwarg = "guid"
+
+    def get_queryset(self):
+        return ResumableUpload.objects.filter(user=self.request.user)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        if response.status_code >= 400 and isinstance(response.data, str):
+            response.data = {"error": {"code": "tus_refused", "message": response.data}}
+        return super().finalize_response(request, response, *args, **kwargs)
+
+
+class ResumableCreateApi(_Tus, TusCreateMixin, GenericAPIView):
+    @property
+    def max_file_size(self) -> int:  # drf-tus reads its own setting once, at import
+        return settings.FAIRLANE_MAX_UPLOAD_BYTES
+
+    @extend_schema(
+        operation_id="uploads_resumable_create", request=None, responses={201: None, **errors(413)},
+        parameters=[*TUS_HEADERS,
+                    OpenApiParameter("Upload-Length", int, OpenApiParameter.HEADER, required=True,
+                                     description="The file's size in bytes (at most FAIRLANE_MAX_UPLOAD_BYTES)."),
+                    OpenApiParameter("Upload-Metadata", str, OpenApiParameter.HEADER,
+                                     description="tus metadata: `filename <base64>,filetype <base64>`.")],
+        description="Start a resumable upload (tus creation). The answer's `Location` header is the "
+                    "upload's URL, for PATCH (chunks of at most FAIRLANE_RESUMABLE_CHUNK_BYTES) and HEAD. "
+                    "429: too many unfinished resumable uploads.")
+    def post(self, request: Request) -> Response:
+        return self.create(request)
+
+    def perform_create(self, serializer) -> None:
+        for expired in ResumableUpload.objects.filter(user=self.request.user, expires__lt=timezone.now()):
+            expired.delete()  # with its chunks (drf-tus)
+        unfinished = ResumableUpload.objects.filter(user=self.request.user).exclude(state=states.DONE).count()
+        if unfinished >= settings.FAIRLANE_MAX_FILES_PER_REQUEST:
+            raise ApplicationError("too_many_resumable_uploads",
+                                   f"At most {settings.FAIRLANE_MAX_FILES_PER_REQUEST} unfinished resumable uploads "
+                                   "at once; finish or delete some first.", status_code=429)
+        serializer.save(user=self.request.user)
+
+    def get_success_headers(self, data) -> dict:
+        return {"Location": reverse("api-resumable-detail", kwargs={"guid": data["guid"]})}
+
+
+class ResumableDetailApi(_Tus, TusPatchMixin, TusHeadMixin, TusTerminateMixin, GenericAPIView):
+    def head(self, request: Request, guid) -> Response:
+        return self.info(request)
+
+    @extend_schema(
+        operation_id="uploads_resumable_append",
+        request={"application/offset+octet-stream": {"type": "string", "format": "binary"}},
+        responses={204: None, **errors(409, 413, _409="`Upload-Offset` is not where the upload stands: ask with "
+                                       "HEAD and send from there.")},
+        parameters=[*TUS_HEADERS, OpenApiParameter("Upload-Offset", int, OpenApiParameter.HEADER, required=True)],
+        description="Append a chunk at `Upload-Offset` (tus core). The answer's `Upload-Offset` is the new "
+                    "size; once it equals `Upload-Length` the upload is finished: name it in "
+                    "`POST /api/uploads/` (JSON, `resumable`).")
+    def patch(self, request: Request, guid) -> Response:
+        return self.partial_update(request)
+
+    @extend_schema(operation_id="uploads_resumable_destroy", responses={204: None, **errors(409)},
+                   parameters=TUS_HEADERS, description="Give up a resumable upload (tus termination).")
+    def delete(self, request: Request, guid) -> Response:
+        return self.destroy(request)
+
+    def get_chunk(self, request: Request) -> bytes:
+        limit = settings.FAIRLANE_RESUMABLE_CHUNK_BYTES
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+        if length > limit:
+            raise ApplicationError("chunk_too_large", f"A chunk may carry at most {limit} bytes; send smaller chunks "
+                                   "(tus-js-client: chunkSize).", status_code=413, extra={"limit": limit})
+        return request._request.read(length)
+
+
+def resumable_files_claim(*, user, guids: list[str]) -> list[UploadedFile]:
+    """The user's finished resumable uploads `guids`, opened as uploaded
+    files for services.uploads_create; once that has committed, their rows
+    and files go (transaction.on_commit). A guid that is not the user's,
+    unfinished or unknown is a 400 naming it: nothing is created."""
+    if not guids:
+        raise ApplicationError("no_files", "Name one or more finished resumable uploads in 'resumable'.")
+    if len(guids) > settings.FAIRLANE_MAX_FILES_PER_REQUEST:
+        raise ApplicationError("too_many_files", f"A request may carry at most "
+                               f"{settings.FAIRLANE_MAX_FILES_PER_REQUEST} files.", status_code=413)
+    found = {str(u.guid): u for u in ResumableUpload.objects.filter(user=user, guid__in=guids, state=states.DONE)}
+    missing = [g for g in guids if g not in found]
+    if missing:
+        raise ApplicationError("resumable_not_finished", "These resumable uploads are not yours, not finished or "
+                               f"unknown: {', '.join(missing)}.", extra={"resumable": missing})
+    files = []
+    for guid in guids:
+        upload = found[guid]
+        metadata = json.loads(upload.upload_metadata or "{}")
+        name = os.path.basename(str(metadata.get("filename") or "upload"))[:255]
+        files.append(UploadedFile(open(upload.temporary_file_path, "rb"), name=name,  # noqa: SIM115 closed below
+                                  content_type=str(metadata.get("filetype") or "")[:255],
+                                  size=upload.upload_offset))
+    transaction.on_commit(lambda: _claimed_delete([found[g].pk for g in guids]))
+    return files
+
+
+def _claimed_delete(pks: list[int]) -> None:
+    for upload in ResumableUpload.objects.filter(pk__in=pks):
+        upload.delete()  # drf-tus removes the file too
