@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('uploads', '0010_profile_plan_bounds'),
+        ('uploads', '0011_resumable_upload'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
