@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-properties install bench-fairness bench-media bench-notify bench-storage bench-scale clean stop
+.PHONY: run test test-fast test-properties install bench-fairness bench-media bench-notify bench-storage bench-scale bench-chunks clean stop
 
 install: $(STAMP)
 
@@ -50,6 +50,13 @@ bench-notify: install
 # hosts, a light user behind a flood, object storage against local disk. Root.
 bench-scale: install
 	$(BIN)/python -m bench.scale
+
+# A long video in chunks: 1 versus 2 hosts (one core each), CPU overhead
+# against one job, light users' waits behind it with chunking on and off.
+# Root. The issue's size by default (10 min of 1080p); smaller, e.g.
+# make bench-chunks ARGS="--seconds 32 --size 640x360 --chunk-s 4 --segment-s 2 --threshold-s 6 --light-users 6 --light-seconds 2"
+bench-chunks: install
+	$(BIN)/python -m bench.chunks $(ARGS)
 
 clean:
 	rm -rf var/ $(VENV)

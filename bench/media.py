@@ -77,7 +77,7 @@ def _per_output_commands(src: Path, out: Path, probe) -> list[list[str]]:
     pre = ",".join(ladder.normalise(probe, fps))
     renditions = ladder.renditions_for(probe)
     mp4 = ladder.mp4_rendition(renditions)
-    gop = str(round(fps * ladder.SEGMENT_S))
+    gop = str(round(fps * ladder.segment_s()))
     inp = ["-y", "-threads", "1", *ffmpeg.input_args(src, probe.container)]
     commands = []
     for r in renditions:
@@ -85,7 +85,7 @@ def _per_output_commands(src: Path, out: Path, probe) -> list[list[str]]:
         commands.append([*inp, "-map", "0:v:0", "-map", "0:a:0", "-vf", f"{pre},{ladder.scaled((r.width, r.height))}",
                          *ladder.X264, "-g", gop, "-keyint_min", gop, "-sc_threshold", "0", "-threads", "1",
                          "-maxrate", f"{r.max_kbps}k", "-bufsize", f"{2 * r.max_kbps}k", "-c:a", "aac",
-                         "-f", "hls", "-hls_time", str(ladder.SEGMENT_S), "-hls_playlist_type", "vod",
+                         "-f", "hls", "-hls_time", str(ladder.segment_s()), "-hls_playlist_type", "vod",
                          str(out / r.name / "index.m3u8")])
     commands.append([*inp, "-map", "0:v:0", "-map", "0:a:0", "-vf", f"{pre},{ladder.scaled((mp4.width, mp4.height))}",
                      *ladder.X264, "-threads", "1", "-c:a", "aac", "-movflags", "+faststart", str(out / "v.mp4")])

@@ -67,11 +67,13 @@ class Bench:
         self.hosts: dict[str, HostWorker] = {}
         self.users = 0
 
-    def host(self, name: str, cpu: str) -> HostWorker:
+    def host(self, name: str, cpu: str, env: dict[str, str] | None = None) -> HostWorker:
+        """Start host `name` pinned to core `cpu` (its worker with `env` on top), unless it is up."""
         if name not in self.hosts:
             host = self.cluster.network.add_host(name)
             worker = HostWorker(host, "cpu", concurrency=1, log_dir=self.work, cpus=cpu,
-                                database_url=os.environ["DATABASE_URL"], scratch_dir=self.work / "scratch" / name)
+                                database_url=os.environ["DATABASE_URL"], scratch_dir=self.work / "scratch" / name,
+                                env=env)
             worker.wait_ready()
             self.hosts[name] = worker
         return self.hosts[name]
@@ -152,6 +154,11 @@ def storage_overhead() -> dict:
             "overhead_pct_of_job": result["storage_overhead_pct_of_job"], "median_s": result["median_s"]}
 
 
+def print_targets(targets: dict) -> None:
+    for name, t in targets.items():
+        print(f"  {name}: {t['value']} (target {t['target']}): {'met' if t['met'] else 'MISSED'}")
+
+
 def plot(result: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -178,12 +185,18 @@ def plot(result: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> int:
+def cannot_simulate_hosts(name: str) -> str | None:
+    """Why this machine cannot run a simulated-hosts benchmark, if it cannot."""
     if os.geteuid() != 0:
-        print("bench-scale simulates hosts with network namespaces: run it as root", file=sys.stderr)
-        return 2
+        return f"{name} simulates hosts with network namespaces: run it as root"
     if (os.cpu_count() or 1) < 2:
-        print("bench-scale pins one host per core: it needs two cores", file=sys.stderr)
+        return f"{name} pins one host per core: it needs two cores"
+    return None
+
+
+def main() -> int:
+    if (why := cannot_simulate_hosts("bench-scale")) is not None:
+        print(why, file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     b = Bench(work)
@@ -234,8 +247,7 @@ def main() -> int:
               f"one heavy job {f['heavy_job_s']} s (p99 = {f['p99_in_job_times']} job times)")
     print(f"object storage per job: {result['storage']['overhead_s']:+.2f} s "
           f"({result['storage']['overhead_pct_of_job']:+.1f} % of the job)")
-    for name, t in result["targets"].items():
-        print(f"  {name}: {t['value']} (target {t['target']}): {'met' if t['met'] else 'MISSED'}")
+    print_targets(result["targets"])
     return 0
 
 

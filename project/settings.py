@@ -430,8 +430,22 @@ FAIRLANE_MAX_PIXELS = int(os.environ.get("FAIRLANE_MAX_PIXELS", str(8192 * 8192)
 FAIRLANE_DECODE_MAX_BYTES = int(os.environ.get("FAIRLANE_DECODE_MAX_BYTES", str(2 * 1024**3)))
 # ffmpeg threads per job: lane concurrency x threads should match the cores.
 FAIRLANE_FFMPEG_THREADS = int(os.environ.get("FAIRLANE_FFMPEG_THREADS", "1"))
+# HLS segment length, seconds (every segment starts with a keyframe): short
+# enough to start fast and switch quickly, long enough that 1080p segments
+# compress well. A chunk (below) is a whole number of them.
+FAIRLANE_HLS_SEGMENT_S = int(os.environ.get("FAIRLANE_HLS_SEGMENT_S", "4"))
 # Signed output links stay valid this long.
 FAIRLANE_URL_MAX_AGE_S = int(os.environ.get("FAIRLANE_URL_MAX_AGE_S", str(3600)))
+
+# --- Chunking long videos (transcoding/chunks.py, docs/chunking.md) -----------------
+# A video longer than the threshold is encoded as chunks of about
+# FAIRLANE_CHUNK_S (whole segments), each a job of its own, plus one audio job
+# and a finalizer. Each part pays a fixed overhead (its own input copy, probe,
+# ffmpeg start, upload; measured in docs/chunking.md), small against a 30 s
+# chunk of 1080p; below two chunks' worth there is nothing to gain.
+FAIRLANE_CHUNKING = env_bool("FAIRLANE_CHUNKING", True)
+FAIRLANE_CHUNK_THRESHOLD_S = float(os.environ.get("FAIRLANE_CHUNK_THRESHOLD_S", "60"))
+FAIRLANE_CHUNK_S = float(os.environ.get("FAIRLANE_CHUNK_S", "30"))
 
 # --- Reliability (uploads/attempts.py, README "Reliability") --------------------------
 # This host's stable name among the worker hosts: attempts record it with

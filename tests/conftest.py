@@ -100,6 +100,26 @@ def workers(django_db_setup, django_db_blocker, tmp_path_factory):
         pool.stop()
 
 
+# Low enough that a 16 s clip is four chunks of two 2 s segments.
+CHUNKING_ENV = {"FAIRLANE_CHUNK_THRESHOLD_S": "6", "FAIRLANE_CHUNK_S": "4", "FAIRLANE_HLS_SEGMENT_S": "2"}
+
+
+@pytest.fixture(scope="module")
+def chunking_workers(django_db_setup, django_db_blocker, tmp_path_factory):
+    """Workers of their own that chunk short videos (CHUNKING_ENV); the
+    session's workers (when up) stop consuming the cpu lane meanwhile, so no
+    job of the module reaches a worker with the default thresholds."""
+    from tests.workers import Workers, lane_paused
+
+    with lane_paused("cpu-transcode"):
+        pool = Workers(tmp_path_factory.mktemp("chunk-worker-logs"), env=CHUNKING_ENV)
+        try:
+            pool.wait_ready()
+            yield pool
+        finally:
+            pool.stop()
+
+
 @pytest.fixture
 def make_user(db):
     from django.contrib.auth import get_user_model

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings
+
 from transcoding import ffmpeg
 from transcoding.probe import MAX_OUTPUT_FPS, Probe
 
@@ -26,11 +28,9 @@ RUNGS = ((240, 400), (360, 800), (480, 1400), (720, 2800), (1080, 5000))
 # The progressive fallback is for players without HLS; 720p keeps it to one
 # more encode of modest cost rather than a second full-resolution one.
 MP4_MAX_RUNG = 720
-# Segments of 4 s: short enough to start fast and switch quickly, long enough
-# that 1080p segments compress well. Every segment starts with a keyframe.
-SEGMENT_S = 4
 FULL_HD_PIXELS = 1920 * 1080
 AUDIO_BITRATE = "128k"
+HLS_PLAYLIST_TYPE = "application/vnd.apple.mpegurl"
 # The poster is taken this far in (or half-way through shorter clips): the
 # first frame is often black.
 POSTER_AT_S = 1.0
@@ -154,24 +154,45 @@ def _graph(probe: Probe, renditions: list[Rendition], mp4: Rendition, fps: float
     return ";".join(graph)
 
 
-def _hls_outputs(hls: Path, renditions: list[Rendition], fps: float, has_audio: bool, extra: list[str]) -> list[str]:
-    """Every rendition (with its own copy of the audio) in one HLS muxer, a
-    keyframe at every segment start so each segment plays on its own."""
+def segment_s() -> int:
+    return settings.FAIRLANE_HLS_SEGMENT_S
+
+
+def rendition_maps(renditions: list[Rendition], has_audio: bool) -> list[str]:
+    """Each rendition's video (and its own copy of the audio) with its bitrate ceiling."""
     args = []
     for i, r in enumerate(renditions):
         args += ["-map", f"[v{i}]"] + (["-map", f"[a{i}]"] if has_audio else [])
         # -b:v is not used by CRF; it gives the muxer a BANDWIDTH for clips too short to measure.
         args += [f"-b:v:{i}", f"{r.max_kbps}k", f"-maxrate:v:{i}", f"{r.max_kbps}k",
                  f"-bufsize:v:{i}", f"{2 * r.max_kbps}k"]
-    gop = str(max(1, round(fps * SEGMENT_S)))
+    return args
+
+
+def video_encoder(fps: float, segment_duration_s: float) -> list[str]:
+    """x264 with a keyframe at every segment start, so each segment plays on
+    its own; the same for a single pass and for every chunk of one."""
+    gop = str(max(1, round(fps * segment_duration_s)))
+    return [*X264, "-g", gop, "-keyint_min", gop, "-sc_threshold", "0",
+            "-force_key_frames", f"expr:gte(t,n_forced*{segment_duration_s:g})"]
+
+
+def hls_muxer(hls: Path, renditions: list[Rendition], has_audio: bool, *, segment_duration_s: float,
+              segment_name: str = "seg_%03d.ts", master: bool = True) -> list[str]:
+    """One HLS muxer for every rendition (var_stream_map), MPEG-TS segments."""
     stream_map = " ".join(f"v:{i}" + (f",a:{i}" if has_audio else "") + f",name:{r.name}"
                           for i, r in enumerate(renditions))
-    return [*args, *X264, "-g", gop, "-keyint_min", gop, "-sc_threshold", "0",
-            "-force_key_frames", f"expr:gte(t,n_forced*{SEGMENT_S})", *extra, *ffmpeg.NO_METADATA,
-            "-f", "hls", "-hls_time", str(SEGMENT_S), "-hls_playlist_type", "vod",
+    return ["-f", "hls", "-hls_time", f"{segment_duration_s:g}", "-hls_playlist_type", "vod",
             "-hls_flags", "independent_segments", "-hls_segment_type", "mpegts",
-            "-hls_segment_filename", str(hls / "%v" / "seg_%03d.ts"),
-            "-master_pl_name", "master.m3u8", "-var_stream_map", stream_map, str(hls / "%v" / "index.m3u8")]
+            "-hls_segment_filename", str(hls / "%v" / segment_name),
+            *(["-master_pl_name", "master.m3u8"] if master else []),
+            "-var_stream_map", stream_map, str(hls / "%v" / "index.m3u8")]
+
+
+def _hls_outputs(hls: Path, renditions: list[Rendition], fps: float, has_audio: bool, extra: list[str]) -> list[str]:
+    """Every rendition (with its own copy of the audio) in one HLS muxer."""
+    return [*rendition_maps(renditions, has_audio), *video_encoder(fps, segment_s()), *extra, *ffmpeg.NO_METADATA,
+            *hls_muxer(hls, renditions, has_audio, segment_duration_s=segment_s())]
 
 
 def master_playlist_ensure(hls_dir: Path, renditions: list[Rendition], duration_s: float, has_audio: bool) -> None:

@@ -43,7 +43,7 @@ def video(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> li
     ]
     common = {"duration_s": duration, "fps": plan.fps, "audio": plan.has_audio}
     return [
-        Produced("hls", "hls/master.m3u8", "application/vnd.apple.mpegurl",
+        Produced("hls", "hls/master.m3u8", ladder.HLS_PLAYLIST_TYPE,
                  {**common, "renditions": renditions, "width": plan.renditions[-1].width,
                   "height": plan.renditions[-1].height}),
         Produced("mp4", "video.mp4", "video/mp4",

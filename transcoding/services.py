@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import signal
 import time
 from pathlib import Path
@@ -15,10 +16,14 @@ from pathlib import Path
 from django.conf import settings
 
 import media
-from transcoding import ladder, pipelines
+from transcoding import chunks, ladder, pipelines
 from transcoding.probe import Probe, probe_file
+from transcoding.produced import Produced
+from uploads import parts
 from uploads import services as job_services
-from uploads.attempts import Attempt, job_attempt_run
+from uploads.attempts import Attempt, AttemptLost, job_attempt_run
+from uploads.errors import JobError
+from uploads.models import Job, Output
 from uploads.services import OutputFile
 
 log = logging.getLogger(__name__)
@@ -52,7 +57,7 @@ def _poison_check(src: Path) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
 
 
-def transcode(attempt: Attempt) -> list[OutputFile]:
+def transcode(attempt: Attempt) -> list[OutputFile] | None:
     """The work of one attempt (uploads/attempts.py runs it): copy the input
     into the attempt's scratch folder, probe, check the limits, run the
     pipeline for the kind there, and upload what it made under the
@@ -67,19 +72,27 @@ def transcode(attempt: Attempt) -> list[OutputFile]:
     job, job_id = attempt.job, str(attempt.job.id)
     started = time.monotonic()
     with media.attempt_scratch(job_id=job_id, attempt=attempt.number) as scratch:
-        src = scratch / "input"
-        media.fetch(job.upload.file.name, src, read_only=True)
-        fetched = time.monotonic()
-        _poison_check(src)
         workdir = scratch / "out"
         workdir.mkdir()
+        if job.part == Job.Part.FINALIZE:
+            return _finalize(attempt, scratch, workdir)
+        src = scratch / "input"
+        media.fetch((job.parent or job).upload.file.name, src, read_only=True)
+        fetched = time.monotonic()
+        _poison_check(src)
         probe = probe_file(src)  # also refuses media above the size and duration limits
-        job_services.job_probe_record(job_id=job_id, kind=probe.kind, media_info=probe.as_json(),
-                                      cost_estimate=cost_estimate(probe))
         # The progress write doubles as the stop check: when the job is no
         # longer this attempt's (canceled, handed back, taken over) it
         # raises, which kills ffmpeg's process group (transcoding/ffmpeg.py).
-        produced = pipelines.PIPELINES[probe.kind](src, workdir, probe, attempt.progress)
+        if job.parent_id:
+            produced = _part_encode(job, src, workdir, probe, attempt.progress)
+        else:
+            job_services.job_probe_record(job_id=job_id, kind=probe.kind, media_info=probe.as_json(),
+                                          cost_estimate=cost_estimate(probe))
+            if chunks.should_chunk(probe):
+                _split(attempt, probe)
+                return None
+            produced = pipelines.PIPELINES[probe.kind](src, workdir, probe, attempt.progress)
         encoded = time.monotonic()
         attempt.progress(99)  # still ours? then upload (a replaced attempt stops here)
         prefix = attempt.outputs_prefix
@@ -89,6 +102,66 @@ def transcode(attempt: Attempt) -> list[OutputFile]:
         log.info("job %s transcoded: %s, %d outputs in %.2f s (fetch %.3f s, upload %.3f s)", job_id, probe.kind,
                  len(outputs), time.monotonic() - started, fetched - started, time.monotonic() - encoded)
         return outputs
+
+
+def _split(attempt: Attempt, probe: Probe) -> None:
+    """Hand a long video to its parts (uploads/parts.py): chunks charged by
+    their share of the video's cost, the audio by its own."""
+    plan = chunks.plan_for(probe)
+    total = cost_estimate(probe)
+    chunk_costs = [max(0.05, total * plan.chunk_duration_s(i) / probe.duration_s) for i in range(len(plan.chunks))]
+    audio_cost = max(0.05, COST_PER_MEDIA_SECOND["audio"] * probe.duration_s) if plan.has_audio else None
+    if not parts.job_split(job_id=str(attempt.job.id), attempt=attempt.number, plan=plan.as_json(),
+                           chunk_costs=chunk_costs, audio_cost=audio_cost):
+        raise AttemptLost(str(attempt.job.id))
+
+
+def _part_encode(job: Job, src: Path, workdir: Path, probe: Probe, on_progress) -> list[Produced]:
+    plan = chunks.ChunkPlan.from_json(job.parent.media_info["chunks"])
+    if job.part == Job.Part.AUDIO:
+        return chunks.encode_audio(src, workdir, probe, plan, on_progress)
+    return chunks.encode_chunk(src, workdir, probe, plan, job.part_index, on_progress)
+
+
+def _finalize(attempt: Attempt, scratch: Path, workdir: Path) -> list[OutputFile]:
+    """The finalizer: fetch every part's segments into one HLS folder, write
+    the playlists, remux the MP4, upload the whole under this attempt's
+    prefix (the segments are copied: an HLS output is one folder, see
+    uploads/delivery.py)."""
+    job = attempt.job
+    started = time.monotonic()
+    plan = chunks.ChunkPlan.from_json(job.parent.media_info["chunks"])
+    chunk_outputs, audio, poster = parts.part_outputs(parent_id=str(job.parent_id))
+    if len(chunk_outputs) != len(plan.chunks) or poster is None or (plan.has_audio and audio is None):
+        raise JobError("internal_error", "A part of the video is missing its outputs.")
+    hls = workdir / "hls"
+    playlists = []
+    for output in chunk_outputs:
+        playlists.append(scratch / "parts" / str(output.job.part_index))
+        _fetch_hls(output, hls, playlists[-1])
+    if audio is not None:
+        _fetch_hls(audio, hls, hls)
+    media.fetch(poster.file.name, workdir / "poster.jpg")
+    fetched = time.monotonic()
+    attempt.progress(30)
+    produced = chunks.finalize(hls, playlists, workdir, scratch, plan, attempt.progress)
+    attempt.progress(99)
+    prefix = attempt.outputs_prefix
+    sizes = media.put_tree(workdir, prefix)
+    log.info("job %s finalized %d chunks in %.2f s (fetch %.3f s)", job.parent_id, len(plan.chunks),
+             time.monotonic() - started, fetched - started)
+    return [OutputFile(name=p.name, path=prefix + p.filename, content_type=p.content_type,
+                       size=sizes[p.filename], metadata=p.metadata) for p in produced]
+
+
+def _fetch_hls(output: Output, hls: Path, playlists: Path) -> None:
+    """A part's HLS folder (the folder above its playlist's rendition folder):
+    segments into `hls`, playlists into `playlists`."""
+    root = posixpath.dirname(posixpath.dirname(output.file.name)) + "/"
+    for key in media.list_prefix(root):
+        dest = (playlists if key.endswith(".m3u8") else hls) / key[len(root):]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        media.fetch(key, dest)
 
 
 def job_transcode(*, job_id: str, hostname: str = "", soft_limit_s: float | None = None,

@@ -82,6 +82,23 @@ class AttemptInline(admin.TabularInline):
     can_delete = False
 
 
+class PartInline(admin.TabularInline):
+    """A chunked job's parts (uploads/parts.py), each a job of its own."""
+
+    model = Job
+    fk_name = "parent"
+    verbose_name, verbose_name_plural = "part", "parts (chunks, audio, finalizer)"
+    fields = ["part_link", "part_index", "status", "progress", "attempts", "wait_ms", "process_ms", "error_code"]
+    readonly_fields = fields
+    ordering = ["part", "part_index"]
+    extra = 0
+    can_delete = False
+
+    @admin.display(description="part")
+    def part_link(self, job: Job) -> str:
+        return format_html('<a href="{}">{}</a>', reverse("admin:uploads_job_change", args=[job.id]), job.part)
+
+
 def _confirm_or_run(modeladmin, request, queryset, *, action: str, verb: str, verb_past: str,
                     eligible: tuple, run) -> HttpResponse | None:
     """Show who and how many first; act only after an explicit yes."""
@@ -102,13 +119,13 @@ def _confirm_or_run(modeladmin, request, queryset, *, action: str, verb: str, ve
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "owner", "filename", "kind", "lane", "status", "progress", "attempts", "wait_ms",
+    list_display = ["id", "owner", "filename", "kind", "part", "lane", "status", "progress", "attempts", "wait_ms",
                     "process_ms", "created_at", "started_at", "finished_at"]
-    list_filter = ["status", "lane", "kind", ("owner", admin.RelatedOnlyFieldListFilter), "created_at"]
-    search_fields = ["=id", "owner__username", "upload__filename", "=task_id"]
-    list_select_related = ["owner", "upload"]
+    list_filter = ["status", "lane", "kind", "part", ("owner", admin.RelatedOnlyFieldListFilter), "created_at"]
+    search_fields = ["=id", "owner__username", "upload__filename", "=task_id", "=parent__id"]
+    list_select_related = ["owner", "upload", "parent__upload"]
     readonly_fields = [f.name for f in Job._meta.fields] + ["upload_link", "task_result_link"]
-    inlines = [AttemptInline, OutputInline]
+    inlines = [PartInline, AttemptInline, OutputInline]
     actions = ["retry_jobs", "cancel_jobs"]
     date_hierarchy = "created_at"
 

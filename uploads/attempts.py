@@ -47,7 +47,7 @@ import media
 from project import metrics
 from project.dbclock import Now, db_now
 from project.lanes import Lane
-from uploads import services
+from uploads import parts, services
 from uploads.errors import JobError, TransientError
 from uploads.models import Job, JobAttempt
 
@@ -111,9 +111,13 @@ class Attempt:
         if self._lost.is_set() or not services.job_progress_set(
                 job_id=str(self.job.id), progress=percent, attempt=self.number, checkpoint=checkpoint):
             raise AttemptLost(str(self.job.id))
+        if self.job.parent_id:  # a part of a chunked job: the user sees its parent's progress
+            parts.parent_progress_refresh(parent_id=str(self.job.parent_id))
 
 
-Work = Callable[[Attempt], list[services.OutputFile]]
+# What an attempt made, or None when it handed its job to parts of their
+# own (uploads/parts.py): nothing to publish, the parts end the job.
+Work = Callable[[Attempt], list[services.OutputFile] | None]
 
 
 def retry_delay_s(failures: int) -> float:
@@ -244,6 +248,8 @@ def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work) -> 
     published = False
     try:
         outputs = work(attempt)
+        if outputs is None:
+            return None
         published = services.job_succeed(job_id=job_id, outputs=outputs, attempt=number)
         if not published:
             log.info("job %s attempt %d finished but no longer owns the job; outputs discarded", job_id, number)

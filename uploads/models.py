@@ -127,6 +127,15 @@ class Job(models.Model):
         PDF = "pdf"
         EXPORT = "export"  # a ZIP of a batch's outputs (exports/), not an upload
 
+    class Part(models.TextChoices):
+        """A long video's job is split into parts (transcoding/chunks.py):
+        jobs of the same owner, dispatched fairly like any other, shown to
+        the user as their parent job only."""
+        NONE = "", "whole job"
+        CHUNK = "chunk"  # a run of whole HLS segments of every rendition, video only
+        AUDIO = "audio"  # the whole file's audio, one HLS audio rendition
+        FINALIZE = "finalize"  # playlists and the MP4 remux, once the others are done
+
     TERMINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELED)
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -134,6 +143,11 @@ class Job(models.Model):
     upload = models.ForeignKey(Upload, on_delete=models.CASCADE, related_name="jobs", null=True, blank=True)
     batch = models.UUIDField(null=True, blank=True, help_text="Export jobs: the upload batch they export.")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs")
+    # A part's job: the one the user sees. Parts have no upload of their own
+    # (they read the parent's), so the user's lists and batches never count them.
+    parent = models.ForeignKey("self", on_delete=models.CASCADE, related_name="parts", null=True, blank=True)
+    part = models.CharField(max_length=16, choices=Part.choices, default=Part.NONE, blank=True)
+    part_index = models.PositiveIntegerField(null=True, blank=True, help_text="A chunk's place, from 0.")
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.UNKNOWN)
     lane = models.CharField(max_length=32)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
@@ -177,6 +191,12 @@ class Job(models.Model):
                    models.Index(fields=["status", "lease_expires_at"]),
                    models.Index(fields=["finished_at"], condition=models.Q(notify_pending=True),
                                 name="job_notify_pending_idx")]
+        constraints = [
+            # Exactly one finalizer (and one audio job, one job per chunk) per
+            # parent: the guarded transition that creates it can race, the row cannot.
+            models.UniqueConstraint(fields=["parent", "part", "part_index"], name="job_part_unique",
+                                    nulls_distinct=False, condition=models.Q(parent__isnull=False)),
+        ]
         permissions = [
             ("retry_job", "Can retry failed or canceled jobs"),
             ("cancel_job", "Can cancel queued or running jobs"),
@@ -188,6 +208,8 @@ class Job(models.Model):
     @property
     def title(self) -> str:
         """What a person calls this job: its file, or the batch it exports."""
+        if self.parent_id:
+            return f"{self.part} {'' if self.part_index is None else self.part_index} of {self.parent.title}"
         return self.upload.filename if self.upload_id else f"export of batch {self.batch}"
 
     @property

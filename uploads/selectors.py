@@ -18,8 +18,9 @@ from uploads.models import Batch, Job, Upload
 def jobs_for_user(*, user: AbstractBaseUser, status: str | None = None, batch: uuid.UUID | None = None,
                   search: str = "") -> QuerySet[Job]:
     """`search`: part of the file's name, any case (a scan of the user's
-    rows: fine for thousands, an index on lower(filename) for millions)."""
-    jobs = Job.objects.filter(owner=user).select_related("upload").prefetch_related("outputs")
+    rows: fine for thousands, an index on lower(filename) for millions).
+    A chunked job's parts are the admin's business (uploads/parts.py)."""
+    jobs = Job.objects.filter(owner=user, parent__isnull=True).select_related("upload").prefetch_related("outputs")
     if status:
         jobs = jobs.filter(status=status)
     if search:
@@ -102,7 +103,8 @@ def backlog_until(*, user: AbstractBaseUser, until: dict[uuid.UUID, datetime]
     if not until:
         return {}
     remaining = F("cost_estimate") * (100 - F("progress")) / 100.0
-    unfinished = Job.objects.filter(owner=user, lane=Lane.CPU_TRANSCODE,
+    # A chunked job's parent carries the whole video's estimate; its parts are not counted again.
+    unfinished = Job.objects.filter(owner=user, lane=Lane.CPU_TRANSCODE, parent__isnull=True,
                                     status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
     sums = {}
     for i, last in enumerate(until.values()):
@@ -124,7 +126,9 @@ def transcode_usage_by_user(*, minutes: int = 10) -> dict[str, dict]:
     started). Keyed like the fair dispatcher's keys (user id as text)."""
     since = timezone.now() - timedelta(minutes=minutes)
     busy = dict(
+        # A chunked job's parent spans its parts' run (they are counted); it did no work itself.
         Job.objects.filter(lane=Lane.CPU_TRANSCODE, finished_at__gte=since, process_ms__isnull=False)
+        .exclude(media_info__has_key="chunks")
         .values_list("owner_id").annotate(total=Sum("process_ms")).values_list("owner_id", "total")
     )
     waits: dict[int, list[int]] = {}

@@ -24,6 +24,7 @@ from dispatcher import KeyPolicy
 from project import logcontext, metrics, plans
 from project.dbclock import db_now
 from project.lanes import Lane
+from uploads import parts
 from uploads.errors import ApplicationError, public_message
 from uploads.models import Batch, Job, JobAttempt, Output, Profile, Upload
 
@@ -263,7 +264,11 @@ def job_progress_set(*, job_id: str, progress: int, attempt: int | None = None, 
 def job_lease_renew(*, job_id: str, attempt: int) -> bool:
     """Extend the running attempt's lease; False when it is no longer the
     job's running attempt."""
-    return bool(_this_attempt(job_id, attempt).update(lease_expires_at=job_lease_until(db_now())))
+    # A job split into parts (uploads/parts.py) runs without a lease: its
+    # splitting attempt's keeper, still renewing for a moment after the
+    # split, must not give it one back (the sweep would then "recover" it).
+    return bool(_this_attempt(job_id, attempt).filter(lease_expires_at__isnull=False).update(
+        lease_expires_at=job_lease_until(db_now())))
 
 
 def job_probe_record(*, job_id: str, kind: str, media_info: dict, cost_estimate: float) -> None:
@@ -272,15 +277,17 @@ def job_probe_record(*, job_id: str, kind: str, media_info: dict, cost_estimate:
 
 def _finish(job_id: str, status: str, attempt: int | None = None, **fields) -> bool:
     now = db_now()
-    job = Job.objects.filter(id=job_id).only("started_at", "owner_id", "lane", "kind", "wait_ms").first()
+    job = Job.objects.filter(id=job_id).only("started_at", "owner_id", "lane", "kind", "wait_ms", "parent_id",
+                                             "part", "part_index").first()
     if job is None:
         return False
     unfinished = Job.objects.filter(id=job_id, status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
     if attempt is not None:
         unfinished = _this_attempt(job_id, attempt)
+    is_part = job.parent_id is not None  # the user hears about the parent only
     updated = unfinished.update(
         status=status, finished_at=now, process_ms=_ms_between(job.started_at, now), lease_expires_at=None,
-        notify_pending=True, **fields
+        notify_pending=not is_part, **fields
     )
     if updated:
         process_ms = _ms_between(job.started_at, now)
@@ -293,8 +300,13 @@ def _finish(job_id: str, status: str, attempt: int | None = None, **fields) -> b
             finished_at=now, outcome=status, error_code=fields.get("error_code", ""),
             error_message=fields.get("error_message", ""),
         )
-        # notify_pending (set above) is this publish's outbox
-        dispatcher.after_commit(lambda: notify_enqueue(job_id=job_id, owner_id=job.owner_id, status=status))
+        if is_part:
+            parts.part_finished(part=job, status=status, error_code=fields.get("error_code", ""),
+                                error_message=fields.get("error_message", ""))
+        else:
+            parts.parts_cancel(parent_id=job_id, message=f"The job was {status}.")
+            # notify_pending (set above) is this publish's outbox
+            dispatcher.after_commit(lambda: notify_enqueue(job_id=job_id, owner_id=job.owner_id, status=status))
     return bool(updated)
 
 
@@ -336,8 +348,10 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
     Returns the jobs that were retried; others are left alone."""
     now = db_now()
     with transaction.atomic():
+        # A part is not retried on its own once it has ended: its parent
+        # has ended with it, and retrying the parent splits it again.
         jobs = list(Job.objects.select_for_update().filter(
-            id__in=list(job_ids), status__in=[Job.Status.FAILED, Job.Status.CANCELED]))
+            id__in=list(job_ids), status__in=[Job.Status.FAILED, Job.Status.CANCELED], parent__isnull=True))
         ids = [job.id for job in jobs]
         Output.objects.filter(job_id__in=ids).delete()
         # Their objects go once the rows are gone (after commit), and only
@@ -345,6 +359,11 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
         # by the time this runs.
         stale = [(str(job.id), job.attempts, job.checkpoint) for job in jobs]
         transaction.on_commit(lambda: _job_objects_delete(stale))
+        # The parts of a chunked job (uploads/parts.py) go: the retry probes
+        # and splits again. Their objects hold the old outputs.
+        part_prefixes = [media.job_prefix(job_id=part) for part in parts.part_job_ids(parent_ids=ids)]
+        Job.objects.filter(parent_id__in=ids).delete()
+        transaction.on_commit(lambda: media_delete(prefixes=part_prefixes))
         # A fresh attempt budget (FAIRLANE_MAX_ATTEMPTS counts from here); the
         # attempt log keeps the history.
         Job.objects.filter(id__in=ids).update(
@@ -462,7 +481,8 @@ def _jobs_delete(jobs: list[Job], actor: AbstractBaseUser) -> None:
     # Every attempt's outputs (outputs/<job>/, including attempts replaced or
     # retried since) and an export's ZIP and checkpoints (exports/<job>/).
     prefixes = sorted({p for job in jobs for p in (media.job_prefix(job_id=str(job.id)),
-                                                   media.exports_prefix(job_id=str(job.id)))})
+                                                   media.exports_prefix(job_id=str(job.id)))}
+                      | {media.job_prefix(job_id=part) for part in parts.part_job_ids(parent_ids=[j.id for j in jobs])})
     Job.objects.filter(id__in=[job.id for job in jobs]).delete()
     transaction.on_commit(lambda: media_delete(prefixes=prefixes))
 

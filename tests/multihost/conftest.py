@@ -20,7 +20,7 @@ from tests.workers import test_database_url as workers_database_url
 
 @pytest.fixture
 def hosts(tmp_path, live_mail_dir):
-    """Start worker hosts: `hosts(name, lane="cpu", concurrency=1, clock_offset_s=0)`."""
+    """Start worker hosts: `hosts(name, lane="cpu", concurrency=1, clock_offset_s=0, env=None)`."""
     if "network" not in SHARED:
         pytest.fail("the multi-host suite runs in its own pytest run: FAIRLANE_MULTIHOST=1 pytest -m multihost "
                     "(bin/test does; it needs root for network namespaces)", pytrace=False)
@@ -28,12 +28,12 @@ def hosts(tmp_path, live_mail_dir):
     started: list[str] = []
 
     def start(name: str, lane: str = "cpu", *, concurrency: int = 1, clock_offset_s: int = 0,
-              wait: bool = True) -> HostWorker:
+              wait: bool = True, env: dict[str, str] | None = None) -> HostWorker:
         host = network.add_host(name)
         started.append(name)
         worker = HostWorker(host, lane, concurrency=concurrency, log_dir=tmp_path, clock_offset_s=clock_offset_s,
                             database_url=workers_database_url(),
-                            scratch_dir=Path(settings.FAIRLANE_SCRATCH_DIR) / name)
+                            scratch_dir=Path(settings.FAIRLANE_SCRATCH_DIR) / name, env=env)
         if wait:
             worker.wait_ready()
         return worker

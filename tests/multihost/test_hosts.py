@@ -167,3 +167,30 @@ def test_seaweedfs_restarted_mid_batch_loses_nothing(hosts, make_user, api_clien
     # Attempts that met the outage were retried (a transient error), not failed.
     assert set(JobAttempt.objects.filter(job_id__in=heavy + light + late)
                .values_list("outcome", flat=True)) <= {"succeeded", "retry"}
+
+
+def test_a_host_lost_mid_chunk_costs_only_that_chunk(hosts, make_user, api_client_for, tmp_path):
+    from tests.conftest import CHUNKING_ENV
+
+    doomed = hosts("cpu-a", env=CHUNKING_ENV)
+    hosts("cpu-b", env=CHUNKING_ENV)
+    hosts("io-a", "io", concurrency=4)
+    # 720p, so that a 4 s chunk takes a few seconds: long enough to be caught running
+    video = make_video(tmp_path / "long.mp4", seconds=16, size="1280x720")
+    [parent_id] = post(api_client_for(make_user(f"long-{uuid.uuid4().hex[:6]}")), [video])
+
+    def chunk_on_a() -> Job | None:
+        parts = [str(i) for i in Job.objects.filter(parent_id=parent_id, part="chunk").values_list("id", flat=True)]
+        return running_on("cpu-a", parts)
+
+    victim = wait_for(chunk_on_a, 120, "a chunk in progress on cpu-a")
+    doomed.host.vanish()
+    wait_all_terminal([parent_id], timeout=240)
+    parent = Job.objects.get(id=parent_id)
+    assert parent.status == "succeeded", parent.error
+    assert (parent.attempts, JobAttempt.objects.get(job=parent).outcome) == (1, "split")  # not split again
+    lost = JobAttempt.objects.get(job=victim, number=1)
+    assert (lost.outcome, lost.error_code) == ("lost", "host_lost")
+    assert host_of(JobAttempt.objects.get(job=victim, number=2)) == "cpu-b"
+    others = Job.objects.filter(parent_id=parent_id).exclude(id=victim.id)
+    assert {job.attempts for job in others} == {1}  # nothing else ran twice

@@ -73,8 +73,8 @@ def test_the_master_playlist_lists_a_mid_ladder_rendition_first_and_the_rest_in_
         assert text[text.index(f"{uri}/index.m3u8") - 1].endswith(f"RESOLUTION=1x{uri[:-1]}")
 
 
-def test_every_segment_starts_with_a_keyframe_at_the_segment_duration(transcode, tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(ladder, "SEGMENT_S", 1)
+def test_every_segment_starts_with_a_keyframe_at_the_segment_duration(transcode, tmp_path: Path, settings):
+    settings.FAIRLANE_HLS_SEGMENT_S = 1
     out = transcode(make_video(tmp_path / "clip.mkv", seconds=3, size="320x240", audio=False))
     [variant] = hls_variants(out["hls"][0])
     durations = [float(line[8:].rstrip(",")) for line in variant["playlist"].read_text().splitlines()

@@ -82,3 +82,13 @@ def test_job_list_filters_and_searches(admin_client, make_user):
     assert list(resp.context["cl"].result_list) == [job]
     resp = admin_client.get(CHANGELIST, {"q": str(job.id)})
     assert list(resp.context["cl"].result_list) == [job]
+
+
+def test_a_chunked_job_shows_its_parts_each_linking_to_its_own_page(admin_client, make_user):
+    parent = make_job(make_user("dora"), Job.Status.RUNNING)
+    chunk = Job.objects.create(parent=parent, owner=parent.owner, lane="cpu-transcode", kind="video",
+                               part=Job.Part.CHUNK, part_index=3, status=Job.Status.QUEUED)
+    page = admin_client.get(f"{CHANGELIST}{parent.pk}/change/").content.decode()
+    assert "parts (chunks, audio, finalizer)" in page.lower() and f"{CHANGELIST}{chunk.pk}/change/" in page
+    listed = admin_client.get(CHANGELIST, {"part": "chunk"}).content.decode()
+    assert "chunk 3 of a.mp4" in listed and str(parent.pk) not in listed

@@ -1,0 +1,49 @@
+"""A chunked video (four chunks of two 2 s segments, audio as its own
+rendition) plays in Chromium from start to end, and plays on from seeks
+that land just before each join between chunks."""
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.media import make_video
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SECONDS = 16
+JOINS_S = (4.0, 8.0, 12.0)  # chunks of 4 s
+
+
+def test_a_chunked_video_plays_through_and_seeks_across_its_joins(
+    chunking_workers, make_person, page, site_login, screenshot, wait_terminal, api_client_for, tmp_path
+):
+    gus = make_person("gus")
+    with open(make_video(tmp_path / "long.mp4", seconds=SECONDS, size="640x360"), "rb") as fh:
+        upload = api_client_for(gus).post("/api/uploads/", {"file": fh}, format="multipart").json()["uploads"][0]
+    job = wait_terminal(api_client_for(gus), upload["job"]["url"], timeout_s=240)
+    assert job["status"] == "succeeded", job["error"]
+    assert next(o for o in job["outputs"] if o["name"] == "hls")["metadata"]["chunks"] == 4
+
+    site_login(page, gus)
+    page.goto(f"/jobs/{job['id']}/")
+    expect(page.locator("#source")).to_have_text("Playing the HLS ladder.")
+    player = page.locator("#player")
+    player.evaluate("v => { v.muted = true; v.play(); }")
+    page.wait_for_function("() => document.getElementById('player').ended", timeout=60_000)
+    state = player.evaluate("v => ({t: v.currentTime, d: v.duration, err: v.error && v.error.code,"
+                            " audio: v.webkitAudioDecodedByteCount,"
+                            " frames: v.getVideoPlaybackQuality().totalVideoFrames})")
+    assert state["err"] is None and state["t"] == pytest.approx(SECONDS, abs=0.25), state
+    assert state["d"] == pytest.approx(SECONDS, abs=0.1)
+    assert state["audio"] > 0  # the separate audio rendition was loaded and decoded
+    # every frame shown, none dropped at the joins (a headless machine may drop a few under load)
+    assert state["frames"] >= SECONDS * 25 * 0.9, state
+
+    for join in JOINS_S:
+        player.evaluate(f"v => {{ v.currentTime = {join - 0.3}; v.play(); }}")
+        page.wait_for_function(f"() => document.getElementById('player').currentTime > {join + 0.5}",
+                               timeout=15_000)
+        assert player.evaluate("v => v.error") is None
+    player.evaluate("v => { v.pause(); v.currentTime = 8.0; }")  # a frame just after a join, for the screenshot
+    page.wait_for_function("() => document.getElementById('player').readyState >= 2")
+    screenshot(page, "chunked-job-page")
