@@ -43,6 +43,7 @@ IDEMPOTENCY_PARAMETER = OpenApiParameter(
 
 class OutputSerializer(serializers.Serializer):
     name = serializers.CharField()
+    label = serializers.CharField(help_text="The name as people read it, e.g. `large (JPEG)` for `large_jpeg`.")
     content_type = serializers.CharField()
     size = serializers.IntegerField()
     metadata = serializers.JSONField()
