@@ -123,3 +123,19 @@ def test_a_user_has_a_bounded_number_of_unfinished_uploads(make_user, api_client
     create(client, 5)
     resp = client.post("/api/uploads/resumable/", **TUS, HTTP_UPLOAD_LENGTH="5")
     assert resp.status_code == 429 and resp.json()["error"]["code"] == "too_many_resumable_uploads"
+
+
+def test_a_repeated_claim_with_the_same_idempotency_key_gets_the_first_answer(
+    make_user, api_client_for, redis_client, django_capture_on_commit_callbacks
+):
+    client = api_client_for(make_user("alice"))
+    url = create(client, 3)
+    patch(client, url, 0, b"abc")
+    guid = url.rstrip("/").rsplit("/", 1)[1]
+    with django_capture_on_commit_callbacks(execute=True):
+        first = client.post("/api/uploads/", {"resumable": [guid]}, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    # The answer was lost; the page sends the same request again. The
+    # resumable upload is gone by now: the key, not the list, answers.
+    again = client.post("/api/uploads/", {"resumable": [guid]}, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    assert first.status_code == again.status_code == 202 and again.json() == first.json()
+    assert Upload.objects.count() == 1
