@@ -16,7 +16,8 @@ What is ours around drf-tus: every upload has an owner and only its owner
 reaches it (404 otherwise); a chunk is at most FAIRLANE_RESUMABLE_CHUNK_BYTES
 and is read from the request stream (not `request.body`, whose limit is
 Django's small DATA_UPLOAD_MAX_MEMORY_SIZE); a user has at most
-FAIRLANE_MAX_FILES_PER_REQUEST unfinished uploads; malformed tus headers
+FAIRLANE_MAX_RESUMABLE_UPLOADS uploads not yet made into a batch, of
+FAIRLANE_MAX_USER_INFLIGHT_BYTES at most together; malformed tus headers
 and every refusal answer in the API's error shape.
 """
 from __future__ import annotations
@@ -28,6 +29,8 @@ import os
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
+from django.db.models import Count, Sum, Value
+from django.db.models.functions import Greatest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -130,11 +133,20 @@ class ResumableCreateApi(_Tus, TusCreateMixin, GenericAPIView):
     def perform_create(self, serializer) -> None:
         for expired in ResumableUpload.objects.filter(user=self.request.user, expires__lt=timezone.now()):
             expired.delete()  # with its chunks (drf-tus)
-        unfinished = ResumableUpload.objects.filter(user=self.request.user).exclude(state=states.DONE).count()
-        if unfinished >= settings.FAIRLANE_MAX_FILES_PER_REQUEST:
-            raise ApplicationError("too_many_resumable_uploads",
-                                   f"At most {settings.FAIRLANE_MAX_FILES_PER_REQUEST} unfinished resumable uploads "
-                                   "at once; finish or delete some first.", status_code=429)
+        # What a user may keep on the web host's disk before it becomes jobs:
+        # a count (a 2,000-file batch fits) and bytes (as for requests in flight).
+        held = ResumableUpload.objects.filter(user=self.request.user).aggregate(
+            count=Count("id"), size=Sum(Greatest("upload_length", Value(0))))
+        limit = settings.FAIRLANE_MAX_RESUMABLE_UPLOADS
+        if held["count"] >= limit:
+            raise ApplicationError("too_many_resumable_uploads", f"At most {limit} resumable uploads not yet made "
+                                   "into a batch at once; finish or delete some first.", status_code=429)
+        size = max(0, serializer.validated_data.get("upload_length", 0))
+        budget = settings.FAIRLANE_MAX_USER_INFLIGHT_BYTES
+        if (held["size"] or 0) + size > budget:
+            raise ApplicationError("too_many_bytes_in_flight", f"Your resumable uploads would hold more than {budget} "
+                                   "bytes; make the finished ones a batch or delete some first.", status_code=413,
+                                   extra={"limit": budget})
         serializer.save(user=self.request.user)
 
     def get_success_headers(self, data) -> dict:
@@ -178,9 +190,9 @@ def resumable_files_claim(*, user, guids: list[str]) -> list[UploadedFile]:
     unfinished or unknown is a 400 naming it: nothing is created."""
     if not guids:
         raise ApplicationError("no_files", "Name one or more finished resumable uploads in 'resumable'.")
-    if len(guids) > settings.FAIRLANE_MAX_FILES_PER_REQUEST:
-        raise ApplicationError("too_many_files", f"A request may carry at most "
-                               f"{settings.FAIRLANE_MAX_FILES_PER_REQUEST} files.", status_code=413)
+    if len(guids) > settings.FAIRLANE_MAX_RESUMABLE_UPLOADS:
+        raise ApplicationError("too_many_files", f"A batch may name at most {settings.FAIRLANE_MAX_RESUMABLE_UPLOADS} "
+                               "resumable uploads.", status_code=413)
     found = {str(u.guid): u for u in ResumableUpload.objects.filter(user=user, guid__in=guids, state=states.DONE)}
     missing = [g for g in guids if g not in found]
     if missing:

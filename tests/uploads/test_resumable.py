@@ -116,13 +116,19 @@ def test_limits_and_malformed_tus_headers_answer_in_the_error_shape(make_user, a
     assert ResumableUpload.objects.count() == 1
 
 
-def test_a_user_has_a_bounded_number_of_unfinished_uploads(make_user, api_client_for, settings):
-    settings.FAIRLANE_MAX_FILES_PER_REQUEST = 2
+def test_a_user_holds_a_bounded_number_and_size_of_resumable_uploads(make_user, api_client_for, settings):
+    settings.FAIRLANE_MAX_RESUMABLE_UPLOADS = 2
+    settings.FAIRLANE_MAX_USER_INFLIGHT_BYTES = 12
     client = api_client_for(make_user("alice"))
-    create(client, 5)
-    create(client, 5)
-    resp = client.post("/api/uploads/resumable/", **TUS, HTTP_UPLOAD_LENGTH="5")
+    url = create(client, 5)
+    patch(client, url, 0, b"12345")  # finished, not yet a batch: still held
+    too_big = client.post("/api/uploads/resumable/", **TUS, HTTP_UPLOAD_LENGTH="8")
+    assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "too_many_bytes_in_flight"
+    create(client, 7)
+    resp = client.post("/api/uploads/resumable/", **TUS, HTTP_UPLOAD_LENGTH="1")
     assert resp.status_code == 429 and resp.json()["error"]["code"] == "too_many_resumable_uploads"
+    assert api_client_for(make_user("bob")).post("/api/uploads/resumable/", **TUS,
+                                                 HTTP_UPLOAD_LENGTH="5").status_code == 201  # per user
 
 
 def test_a_repeated_claim_with_the_same_idempotency_key_gets_the_first_answer(
