@@ -203,18 +203,16 @@ class UploadListCreateApi(ListAPIView):
         if request.content_type.startswith("application/json"):
             params = UploadFromResumableSerializer(data=request.data)
             params.is_valid(raise_exception=True)
-            files = resumable.resumable_files_claim(
-                user=request.user, guids=[str(g) for g in params.validated_data["resumable"]])
+            uploads = resumable.uploads_create_from_resumable(
+                owner=request.user, guids=[str(g) for g in params.validated_data["resumable"]],
+                scheduled_for=params.validated_data["scheduled_for"])
         else:
             params = UploadParamsSerializer(data=request.data)
             params.is_valid(raise_exception=True)
-            files = request.FILES.getlist("file")
-        try:
             uploads = services.uploads_create(
-                owner=request.user, files=files, scheduled_for=params.validated_data["scheduled_for"])
-        finally:
-            for f in files:
-                f.close()
+                owner=request.user, files=request.FILES.getlist("file"),
+                scheduled_for=params.validated_data["scheduled_for"],
+            )
         batch = uploads[0].batch
         body = {
             "batch": str(batch),

@@ -52,6 +52,7 @@ from rest_framework_tus.views import (
 )
 
 from uploads.api_schema import errors
+from uploads import services
 from uploads.errors import ApplicationError
 from uploads.models import ResumableUpload
 
@@ -183,33 +184,54 @@ class ResumableDetailApi(_Tus, TusPatchMixin, TusHeadMixin, TusTerminateMixin, G
         return request._request.read(length)
 
 
-def resumable_files_claim(*, user, guids: list[str]) -> list[UploadedFile]:
-    """The user's finished resumable uploads `guids`, opened as uploaded
-    files for services.uploads_create; once that has committed, their rows
-    and files go (transaction.on_commit). A guid that is not the user's,
-    unfinished or unknown is a 400 naming it: nothing is created."""
+def uploads_create_from_resumable(*, owner, guids: list[str], scheduled_for=None) -> list:
+    """services.uploads_create for the owner's finished resumable uploads
+    `guids`: one batch, the same limits, storage and jobs as a multipart
+    upload. One transaction: the resumable rows are locked (a concurrent
+    claim of the same ones waits, then finds them gone: 400) and deleted
+    with the batch's creation, and their files go only once it has
+    committed; if anything fails, they are all still there to claim again.
+    A guid that is not the owner's, unfinished or unknown is a 400 naming
+    it, and nothing is created."""
+    guids = list(dict.fromkeys(guids))  # the same upload named twice is one file
     if not guids:
         raise ApplicationError("no_files", "Name one or more finished resumable uploads in 'resumable'.")
     if len(guids) > settings.FAIRLANE_MAX_RESUMABLE_UPLOADS:
         raise ApplicationError("too_many_files", f"A batch may name at most {settings.FAIRLANE_MAX_RESUMABLE_UPLOADS} "
                                "resumable uploads.", status_code=413)
-    found = {str(u.guid): u for u in ResumableUpload.objects.filter(user=user, guid__in=guids, state=states.DONE)}
-    missing = [g for g in guids if g not in found]
-    if missing:
-        raise ApplicationError("resumable_not_finished", "These resumable uploads are not yours, not finished or "
-                               f"unknown: {', '.join(missing)}.", extra={"resumable": missing})
-    files = []
-    for guid in guids:
-        upload = found[guid]
-        metadata = json.loads(upload.upload_metadata or "{}")
-        name = os.path.basename(str(metadata.get("filename") or "upload"))[:255]
-        files.append(UploadedFile(open(upload.temporary_file_path, "rb"), name=name,  # noqa: SIM115 closed below
-                                  content_type=str(metadata.get("filetype") or "")[:255],
-                                  size=upload.upload_offset))
-    transaction.on_commit(lambda: _claimed_delete([found[g].pk for g in guids]))
-    return files
+    with transaction.atomic():
+        claimed = ResumableUpload.objects.select_for_update().filter(user=owner, guid__in=guids, state=states.DONE)
+        found = {str(u.guid): u for u in claimed}
+        missing = [g for g in guids if g not in found]
+        if missing:
+            raise ApplicationError("resumable_not_finished", "These resumable uploads are not yours, not finished "
+                                   f"or unknown: {', '.join(missing)}.", extra={"resumable": missing})
+        files = [_opened(found[guid]) for guid in guids]
+        try:
+            uploads = services.uploads_create(owner=owner, files=files, scheduled_for=scheduled_for)
+        finally:
+            for f in files:
+                f.close()
+        paths = [u.temporary_file_path for u in found.values()]
+        ResumableUpload.objects.filter(pk__in=[u.pk for u in found.values()]).delete()  # rows only
+        transaction.on_commit(lambda: _files_delete(paths))
+    return uploads
 
 
-def _claimed_delete(pks: list[int]) -> None:
-    for upload in ResumableUpload.objects.filter(pk__in=pks):
-        upload.delete()  # drf-tus removes the file too
+def _opened(upload: ResumableUpload) -> UploadedFile:
+    metadata = json.loads(upload.upload_metadata or "{}")
+    name = os.path.basename(str(metadata.get("filename") or "upload"))[:255]
+    return UploadedFile(open(upload.temporary_file_path, "rb"), name=name,  # noqa: SIM115 (closed by the caller)
+                        content_type=str(metadata.get("filetype") or "")[:255], size=upload.upload_offset)
+
+
+def _files_delete(paths: list[str]) -> None:
+    """The claimed uploads' chunks, once their batch has committed. A file
+    that cannot be removed is an orphan in FAIRLANE_RESUMABLE_DIR, logged."""
+    for path in paths:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            log.exception("could not remove the claimed resumable upload %s", path)

@@ -145,3 +145,18 @@ def test_a_repeated_claim_with_the_same_idempotency_key_gets_the_first_answer(
     again = client.post("/api/uploads/", {"resumable": [guid]}, format="json", HTTP_IDEMPOTENCY_KEY="k1")
     assert first.status_code == again.status_code == 202 and again.json() == first.json()
     assert Upload.objects.count() == 1
+
+
+def test_a_claim_that_names_an_unknown_upload_creates_nothing_and_keeps_the_others(make_user, api_client_for):
+    client = api_client_for(make_user("alice"))
+    url = create(client, 3)
+    patch(client, url, 0, b"abc")
+    guid = url.rstrip("/").rsplit("/", 1)[1]
+    unknown = "00000000-0000-4000-8000-000000000000"
+    resp = client.post("/api/uploads/", {"resumable": [guid, unknown]}, format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["resumable"] == [unknown]
+    assert not Upload.objects.exists() and offset_of(client, url) == 3  # still there, claimable
+    part = ResumableUpload.objects.get(guid=guid).temporary_file_path
+    assert os.path.exists(part)
+    twice = client.post("/api/uploads/", {"resumable": [guid, guid]}, format="json")
+    assert twice.status_code == 202 and len(twice.json()["uploads"]) == 1
