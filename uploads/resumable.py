@@ -168,7 +168,13 @@ class ResumableDetailApi(_Tus, TusPatchMixin, TusHeadMixin, TusTerminateMixin, G
                     "size; once it equals `Upload-Length` the upload is finished: name it in "
                     "`POST /api/uploads/` (JSON, `resumable`).")
     def patch(self, request: Request, guid) -> Response:
-        return self.partial_update(request)
+        # drf-tus checks the offset, then writes: two PATCHes of one upload
+        # at once (a client retrying while its first try is still being
+        # written) would both pass the check and write the chunk twice. The
+        # row lock makes the second wait, then see the new offset (409).
+        with transaction.atomic():
+            ResumableUpload.objects.select_for_update().filter(user=request.user, guid=guid).first()
+            return self.partial_update(request)
 
     @extend_schema(operation_id="uploads_resumable_destroy", responses={204: None, **errors(409)},
                    parameters=TUS_HEADERS, description="Give up a resumable upload (tus termination).")
