@@ -137,6 +137,10 @@ FAIRLANE_RESUMABLE_DIR = Path(os.environ.get("FAIRLANE_RESUMABLE_DIR", VAR_DIR /
 # One PATCH carries at most this much (it is held in memory while written):
 # the page sends chunks of this size; a larger one is refused with 413.
 FAIRLANE_RESUMABLE_CHUNK_BYTES = int(os.environ.get("FAIRLANE_RESUMABLE_CHUNK_BYTES", str(8 * 1024**2)))
+# Resumable uploads a user may hold before making them a batch (finished or
+# not; their bytes count against FAIRLANE_MAX_USER_INFLIGHT_BYTES too), and
+# so the most one batch of them may name: a 2,000-file drop fits.
+FAIRLANE_MAX_RESUMABLE_UPLOADS = int(os.environ.get("FAIRLANE_MAX_RESUMABLE_UPLOADS", "5000"))
 # Unfinished resumable uploads are given up (and their chunks deleted) after this.
 FAIRLANE_RESUMABLE_EXPIRE_S = int(os.environ.get("FAIRLANE_RESUMABLE_EXPIRE_S", str(24 * 3600)))
 # https://github.com/dirkmoors/drf-tus: our model (with its owner), and a

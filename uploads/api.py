@@ -43,6 +43,7 @@ IDEMPOTENCY_PARAMETER = OpenApiParameter(
 
 class OutputSerializer(serializers.Serializer):
     name = serializers.CharField()
+    label = serializers.CharField(help_text="The name as people read it, e.g. `large (JPEG)` for `large_jpeg`.")
     content_type = serializers.CharField()
     size = serializers.IntegerField()
     metadata = serializers.JSONField()
@@ -202,18 +203,16 @@ class UploadListCreateApi(ListAPIView):
         if request.content_type.startswith("application/json"):
             params = UploadFromResumableSerializer(data=request.data)
             params.is_valid(raise_exception=True)
-            files = resumable.resumable_files_claim(
-                user=request.user, guids=[str(g) for g in params.validated_data["resumable"]])
+            uploads = resumable.uploads_create_from_resumable(
+                owner=request.user, guids=[str(g) for g in params.validated_data["resumable"]],
+                scheduled_for=params.validated_data["scheduled_for"])
         else:
             params = UploadParamsSerializer(data=request.data)
             params.is_valid(raise_exception=True)
-            files = request.FILES.getlist("file")
-        try:
             uploads = services.uploads_create(
-                owner=request.user, files=files, scheduled_for=params.validated_data["scheduled_for"])
-        finally:
-            for f in files:
-                f.close()
+                owner=request.user, files=request.FILES.getlist("file"),
+                scheduled_for=params.validated_data["scheduled_for"],
+            )
         batch = uploads[0].batch
         body = {
             "batch": str(batch),

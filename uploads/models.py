@@ -257,6 +257,19 @@ class Output(models.Model):
     def __str__(self) -> str:
         return f"{self.name} of {self.job_id}"
 
+    @property
+    def label(self) -> str:
+        """The output's name as people read it (the page, the API's `label`)."""
+        return OUTPUT_LABELS.get(self.name, self.name.replace("_", " "))
+
+
+# Output names are for machines (`large_jpeg`); these are for people.
+OUTPUT_LABELS = {
+    "hls": "stream (HLS)", "mp4": "video (MP4)", "poster": "poster", "m4a": "audio (M4A)", "waveform": "waveform",
+    "large": "large (WebP)", "medium": "medium (WebP)", "thumbnail": "thumbnail (WebP)", "large_jpeg": "large (JPEG)",
+    "medium_jpeg": "medium (JPEG)", "thumbnail_jpeg": "thumbnail (JPEG)", "zip": "ZIP",
+}
+
 
 class IdempotencyKey(models.Model):
     """The first answer to a POST sent with an `Idempotency-Key` header, kept

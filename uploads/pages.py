@@ -24,12 +24,14 @@ def job_page(request: HttpRequest, job_id) -> HttpResponse:
     job = selectors.job_get_for_user(user=request.user, job_id=job_id)
     outputs = list(job.outputs.all())
     links = {output.name: output_url(output) for output in outputs}
+    labelled = [(output.label, links[output.name]) for output in outputs]
     # The player's box takes the video's shape before anything has loaded
     # (and keeps it while the ladder switches renditions), sized to fit the
     # window whatever the orientation.
     video = next((o.metadata for o in outputs if o.name in ("mp4", "hls") and o.metadata.get("height")), None)
     video_size = {"width": video["width"], "height": video["height"]} if video else None
-    return render(request, "uploads/job_page.html", {"job": job, "links": links, "video_size": video_size})
+    return render(request, "uploads/job_page.html", {"job": job, "links": links, "labelled": labelled,
+                                                    "video_size": video_size})
 
 
 @login_required

@@ -16,7 +16,8 @@ What is ours around drf-tus: every upload has an owner and only its owner
 reaches it (404 otherwise); a chunk is at most FAIRLANE_RESUMABLE_CHUNK_BYTES
 and is read from the request stream (not `request.body`, whose limit is
 Django's small DATA_UPLOAD_MAX_MEMORY_SIZE); a user has at most
-FAIRLANE_MAX_FILES_PER_REQUEST unfinished uploads; malformed tus headers
+FAIRLANE_MAX_RESUMABLE_UPLOADS uploads not yet made into a batch, of
+FAIRLANE_MAX_USER_INFLIGHT_BYTES at most together; malformed tus headers
 and every refusal answer in the API's error shape.
 """
 from __future__ import annotations
@@ -28,6 +29,8 @@ import os
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
+from django.db.models import Count, Sum, Value
+from django.db.models.functions import Greatest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -49,6 +52,7 @@ from rest_framework_tus.views import (
 )
 
 from uploads.api_schema import errors
+from uploads import services
 from uploads.errors import ApplicationError
 from uploads.models import ResumableUpload
 
@@ -130,11 +134,20 @@ class ResumableCreateApi(_Tus, TusCreateMixin, GenericAPIView):
     def perform_create(self, serializer) -> None:
         for expired in ResumableUpload.objects.filter(user=self.request.user, expires__lt=timezone.now()):
             expired.delete()  # with its chunks (drf-tus)
-        unfinished = ResumableUpload.objects.filter(user=self.request.user).exclude(state=states.DONE).count()
-        if unfinished >= settings.FAIRLANE_MAX_FILES_PER_REQUEST:
-            raise ApplicationError("too_many_resumable_uploads",
-                                   f"At most {settings.FAIRLANE_MAX_FILES_PER_REQUEST} unfinished resumable uploads "
-                                   "at once; finish or delete some first.", status_code=429)
+        # What a user may keep on the web host's disk before it becomes jobs:
+        # a count (a 2,000-file batch fits) and bytes (as for requests in flight).
+        held = ResumableUpload.objects.filter(user=self.request.user).aggregate(
+            count=Count("id"), size=Sum(Greatest("upload_length", Value(0))))
+        limit = settings.FAIRLANE_MAX_RESUMABLE_UPLOADS
+        if held["count"] >= limit:
+            raise ApplicationError("too_many_resumable_uploads", f"At most {limit} resumable uploads not yet made "
+                                   "into a batch at once; finish or delete some first.", status_code=429)
+        size = max(0, serializer.validated_data.get("upload_length", 0))
+        budget = settings.FAIRLANE_MAX_USER_INFLIGHT_BYTES
+        if (held["size"] or 0) + size > budget:
+            raise ApplicationError("too_many_bytes_in_flight", f"Your resumable uploads would hold more than {budget} "
+                                   "bytes; make the finished ones a batch or delete some first.", status_code=413,
+                                   extra={"limit": budget})
         serializer.save(user=self.request.user)
 
     def get_success_headers(self, data) -> dict:
@@ -155,7 +168,13 @@ class ResumableDetailApi(_Tus, TusPatchMixin, TusHeadMixin, TusTerminateMixin, G
                     "size; once it equals `Upload-Length` the upload is finished: name it in "
                     "`POST /api/uploads/` (JSON, `resumable`).")
     def patch(self, request: Request, guid) -> Response:
-        return self.partial_update(request)
+        # drf-tus checks the offset, then writes: two PATCHes of one upload
+        # at once (a client retrying while its first try is still being
+        # written) would both pass the check and write the chunk twice. The
+        # row lock makes the second wait, then see the new offset (409).
+        with transaction.atomic():
+            ResumableUpload.objects.select_for_update().filter(user=request.user, guid=guid).first()
+            return self.partial_update(request)
 
     @extend_schema(operation_id="uploads_resumable_destroy", responses={204: None, **errors(409)},
                    parameters=TUS_HEADERS, description="Give up a resumable upload (tus termination).")
@@ -171,33 +190,54 @@ class ResumableDetailApi(_Tus, TusPatchMixin, TusHeadMixin, TusTerminateMixin, G
         return request._request.read(length)
 
 
-def resumable_files_claim(*, user, guids: list[str]) -> list[UploadedFile]:
-    """The user's finished resumable uploads `guids`, opened as uploaded
-    files for services.uploads_create; once that has committed, their rows
-    and files go (transaction.on_commit). A guid that is not the user's,
-    unfinished or unknown is a 400 naming it: nothing is created."""
+def uploads_create_from_resumable(*, owner, guids: list[str], scheduled_for=None) -> list:
+    """services.uploads_create for the owner's finished resumable uploads
+    `guids`: one batch, the same limits, storage and jobs as a multipart
+    upload. One transaction: the resumable rows are locked (a concurrent
+    claim of the same ones waits, then finds them gone: 400) and deleted
+    with the batch's creation, and their files go only once it has
+    committed; if anything fails, they are all still there to claim again.
+    A guid that is not the owner's, unfinished or unknown is a 400 naming
+    it, and nothing is created."""
+    guids = list(dict.fromkeys(guids))  # the same upload named twice is one file
     if not guids:
         raise ApplicationError("no_files", "Name one or more finished resumable uploads in 'resumable'.")
-    if len(guids) > settings.FAIRLANE_MAX_FILES_PER_REQUEST:
-        raise ApplicationError("too_many_files", f"A request may carry at most "
-                               f"{settings.FAIRLANE_MAX_FILES_PER_REQUEST} files.", status_code=413)
-    found = {str(u.guid): u for u in ResumableUpload.objects.filter(user=user, guid__in=guids, state=states.DONE)}
-    missing = [g for g in guids if g not in found]
-    if missing:
-        raise ApplicationError("resumable_not_finished", "These resumable uploads are not yours, not finished or "
-                               f"unknown: {', '.join(missing)}.", extra={"resumable": missing})
-    files = []
-    for guid in guids:
-        upload = found[guid]
-        metadata = json.loads(upload.upload_metadata or "{}")
-        name = os.path.basename(str(metadata.get("filename") or "upload"))[:255]
-        files.append(UploadedFile(open(upload.temporary_file_path, "rb"), name=name,  # noqa: SIM115 closed below
-                                  content_type=str(metadata.get("filetype") or "")[:255],
-                                  size=upload.upload_offset))
-    transaction.on_commit(lambda: _claimed_delete([found[g].pk for g in guids]))
-    return files
+    if len(guids) > settings.FAIRLANE_MAX_RESUMABLE_UPLOADS:
+        raise ApplicationError("too_many_files", f"A batch may name at most {settings.FAIRLANE_MAX_RESUMABLE_UPLOADS} "
+                               "resumable uploads.", status_code=413)
+    with transaction.atomic():
+        claimed = ResumableUpload.objects.select_for_update().filter(user=owner, guid__in=guids, state=states.DONE)
+        found = {str(u.guid): u for u in claimed}
+        missing = [g for g in guids if g not in found]
+        if missing:
+            raise ApplicationError("resumable_not_finished", "These resumable uploads are not yours, not finished "
+                                   f"or unknown: {', '.join(missing)}.", extra={"resumable": missing})
+        files = [_opened(found[guid]) for guid in guids]
+        try:
+            uploads = services.uploads_create(owner=owner, files=files, scheduled_for=scheduled_for)
+        finally:
+            for f in files:
+                f.close()
+        paths = [u.temporary_file_path for u in found.values()]
+        ResumableUpload.objects.filter(pk__in=[u.pk for u in found.values()]).delete()  # rows only
+        transaction.on_commit(lambda: _files_delete(paths))
+    return uploads
 
 
-def _claimed_delete(pks: list[int]) -> None:
-    for upload in ResumableUpload.objects.filter(pk__in=pks):
-        upload.delete()  # drf-tus removes the file too
+def _opened(upload: ResumableUpload) -> UploadedFile:
+    metadata = json.loads(upload.upload_metadata or "{}")
+    name = os.path.basename(str(metadata.get("filename") or "upload"))[:255]
+    return UploadedFile(open(upload.temporary_file_path, "rb"), name=name,  # noqa: SIM115 (closed by the caller)
+                        content_type=str(metadata.get("filetype") or "")[:255], size=upload.upload_offset)
+
+
+def _files_delete(paths: list[str]) -> None:
+    """The claimed uploads' chunks, once their batch has committed. A file
+    that cannot be removed is an orphan in FAIRLANE_RESUMABLE_DIR, logged."""
+    for path in paths:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            log.exception("could not remove the claimed resumable upload %s", path)

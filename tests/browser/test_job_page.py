@@ -17,10 +17,7 @@ def test_the_hls_ladder_plays_from_start_to_end(
     workers, make_person, page, site_login, screenshot, wait_terminal, api_client_for, tmp_path
 ):
     fay = make_person("fay")
-    with open(make_video(tmp_path / "clip.mp4", seconds=5, size="640x360"), "rb") as fh:
-        upload = api_client_for(fay).post("/api/uploads/", {"file": fh}, format="multipart").json()["uploads"][0]
-    job = wait_terminal(api_client_for(fay), upload["job"]["url"])
-    assert job["status"] == "succeeded", job["error"]
+    job = transcoded(api_client_for(fay), wait_terminal, make_video(tmp_path / "clip.mp4", seconds=5, size="640x360"))
     renditions = next(o for o in job["outputs"] if o["name"] == "hls")["metadata"]["renditions"]
     assert [r["name"] for r in renditions] == ["240p", "360p"]
 
@@ -32,6 +29,7 @@ def test_the_hls_ladder_plays_from_start_to_end(
     page.goto(f"/jobs/{job['id']}/")
     expect(page.locator("h2")).to_have_text("clip.mp4")
     expect(page.locator("#source")).to_have_text("Playing the HLS ladder.")
+    expect(page.locator("main ul li a")).to_have_text(["stream (HLS)", "video (MP4)", "poster"])
     player = page.locator("#player")
     page.wait_for_function("() => document.getElementById('player').readyState >= 1")
     assert "/o/" in playlists[0] and playlists[0].split("?")[0].endswith("/master.m3u8"), playlists
@@ -56,10 +54,7 @@ def test_a_portrait_video_fits_the_window(
     workers, make_person, page, site_login, screenshot, wait_terminal, api_client_for, tmp_path
 ):
     gil = make_person("gil")
-    with open(make_video(tmp_path / "phone.mp4", seconds=2, size="360x640"), "rb") as fh:
-        upload = api_client_for(gil).post("/api/uploads/", {"file": fh}, format="multipart").json()["uploads"][0]
-    job = wait_terminal(api_client_for(gil), upload["job"]["url"])
-    assert job["status"] == "succeeded", job["error"]
+    job = transcoded(api_client_for(gil), wait_terminal, make_video(tmp_path / "phone.mp4", seconds=2, size="360x640"))
     site_login(page, gil)
     page.goto(f"/jobs/{job['id']}/")
     player = page.locator("#player")
@@ -69,6 +64,15 @@ def test_a_portrait_video_fits_the_window(
     page.set_viewport_size({"width": 700, "height": 500})  # a small window: still all of it in view
     assert_fits_window(page, 360 / 640)
     screenshot(page, "job-page-portrait")
+
+
+def transcoded(client, wait_terminal, video) -> dict:
+    """The video uploaded through the API and transcoded by the workers: its job."""
+    with open(video, "rb") as fh:
+        upload = client.post("/api/uploads/", {"file": fh}, format="multipart").json()["uploads"][0]
+    job = wait_terminal(client, upload["job"]["url"])
+    assert job["status"] == "succeeded", job["error"]
+    return job
 
 
 def assert_fits_window(page, aspect: float) -> None:

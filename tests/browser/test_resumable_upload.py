@@ -12,7 +12,8 @@ from playwright.sync_api import Route, expect
 import media
 from uploads.models import Job, ResumableUpload, Upload
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+# e2e too: the zero-setup slice checks the file lands on disk as the full run checks S3.
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 CHUNK = 256 * 1024
 SIZE = 16 * CHUNK + 1234  # 17 chunks, the last one short
 

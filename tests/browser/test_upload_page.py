@@ -42,7 +42,7 @@ def test_a_user_uploads_three_files_and_watches_them_all_succeed(
     for name in ("beach.mp4", "party.mov"):
         expect(rows.filter(has_text=name).locator("td").nth(1)).to_have_text("video")
         outputs = rows.filter(has_text=name).locator("td").nth(5)  # the file name cell links to the job page
-        expect(outputs.locator("a", has_text="mp4")).to_have_count(1)
+        expect(outputs.locator("a[data-output=mp4]")).to_have_text("video (MP4)")  # named for people
     expect(rows.filter(has_text="sunset.png").locator("td").nth(1)).to_have_text("image")
 
     # The page is done polling fast once nothing moves; the links it shows
@@ -50,7 +50,7 @@ def test_a_user_uploads_three_files_and_watches_them_all_succeed(
     for name in ("beach.mp4", "party.mov", "sunset.png"):  # a thumbnail (image) or poster (video) beside each name
         thumb = rows.filter(has_text=name).locator("img.thumb")
         page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=thumb.element_handle())
-    mp4_url = rows.filter(has_text="beach.mp4").locator("td").nth(5).locator("a", has_text="mp4").get_attribute("href")
+    mp4_url = rows.filter(has_text="beach.mp4").locator("td").nth(5).locator("a[data-output=mp4]").get_attribute("href")
     screenshot(page, "upload-page")
 
     # Debian's Chromium decodes H.264: the produced file really plays here.

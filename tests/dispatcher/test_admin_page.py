@@ -65,3 +65,43 @@ def test_fairness_page_shows_recent_share_of_worker_time_and_waits(admin_client,
     assert rows["busy"]["share_pct"] == 75.0 and rows["quiet"]["share_pct"] == 25.0
     assert (rows["busy"]["wait_p50_ms"], rows["busy"]["wait_p99_ms"]) == (200, 300)
     assert rows["busy"]["state"] == "idle" and rows["busy"]["backlog"] == 0
+
+
+def test_the_data_view_gives_per_minute_shares_and_wait_p99_over_the_last_hour(admin_client, make_user,
+                                                                               redis_client):
+    """Jobs 5 and 20 minutes ago: each minute's share is of the worker time
+    that minute; waits land in the minute their job started; minutes without
+    a job are empty (null), not zero."""
+    import uuid
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from uploads.models import Job, Upload
+
+    now = timezone.now()
+    users = {name: make_user(name) for name in ("busy", "quiet")}
+    for name, minutes_ago, process_ms, wait_ms in (("busy", 5, 3000, 100), ("quiet", 5, 1000, 700),
+                                                   ("busy", 20, 1000, 40)):
+        user = users[name]
+        upload = Upload.objects.create(owner=user, batch=uuid.uuid4(), filename="a.mp4", file="x", size=1)
+        at = now - timedelta(minutes=minutes_ago)
+        Job.objects.create(upload=upload, owner=user, lane="cpu-transcode", status="succeeded", wait_ms=wait_ms,
+                           process_ms=process_ms, started_at=at, finished_at=at)
+    history = admin_client.get("/admin/fairness/data/").json()["history"]["cpu-transcode"]
+    assert len(history["t"]) == 61 and history["t"] == sorted(history["t"])
+    minute = {ago: max(i for i, t in enumerate(history["t"]) if t <= (now - timedelta(minutes=ago)).timestamp())
+              for ago in (5, 20)}
+    busy, quiet = history["users"]["busy"], history["users"]["quiet"]
+    assert (busy["share_pct"][minute[5]], quiet["share_pct"][minute[5]]) == (75.0, 25.0)
+    assert (busy["share_pct"][minute[20]], quiet["share_pct"][minute[20]]) == (100.0, 0.0)
+    assert (busy["wait_p99_ms"][minute[5]], quiet["wait_p99_ms"][minute[5]], busy["wait_p99_ms"][minute[20]]) == (
+        100, 700, 40)
+    assert quiet["wait_p99_ms"][minute[20]] is None and busy["share_pct"][0] is None
+
+
+def test_the_admin_index_links_the_fairness_page_and_states_are_words(admin_client, held_jobs):
+    assert b'href="/admin/fairness/"' in admin_client.get("/admin/").content
+    lanes = admin_client.get("/admin/fairness/data/").json()["lanes"]
+    states = {row["state"] for lane in lanes for row in lane["keys"]}
+    assert states and not states & {"in_flight_only", "active", "capped", "throttled"}

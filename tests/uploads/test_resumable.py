@@ -116,10 +116,47 @@ def test_limits_and_malformed_tus_headers_answer_in_the_error_shape(make_user, a
     assert ResumableUpload.objects.count() == 1
 
 
-def test_a_user_has_a_bounded_number_of_unfinished_uploads(make_user, api_client_for, settings):
-    settings.FAIRLANE_MAX_FILES_PER_REQUEST = 2
+def test_a_user_holds_a_bounded_number_and_size_of_resumable_uploads(make_user, api_client_for, settings):
+    settings.FAIRLANE_MAX_RESUMABLE_UPLOADS = 2
+    settings.FAIRLANE_MAX_USER_INFLIGHT_BYTES = 12
     client = api_client_for(make_user("alice"))
-    create(client, 5)
-    create(client, 5)
-    resp = client.post("/api/uploads/resumable/", **TUS, HTTP_UPLOAD_LENGTH="5")
+    url = create(client, 5)
+    patch(client, url, 0, b"12345")  # finished, not yet a batch: still held
+    too_big = client.post("/api/uploads/resumable/", **TUS, HTTP_UPLOAD_LENGTH="8")
+    assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "too_many_bytes_in_flight"
+    create(client, 7)
+    resp = client.post("/api/uploads/resumable/", **TUS, HTTP_UPLOAD_LENGTH="1")
     assert resp.status_code == 429 and resp.json()["error"]["code"] == "too_many_resumable_uploads"
+    assert api_client_for(make_user("bob")).post("/api/uploads/resumable/", **TUS,
+                                                 HTTP_UPLOAD_LENGTH="5").status_code == 201  # per user
+
+
+def test_a_repeated_claim_with_the_same_idempotency_key_gets_the_first_answer(
+    make_user, api_client_for, redis_client, django_capture_on_commit_callbacks
+):
+    client = api_client_for(make_user("alice"))
+    url = create(client, 3)
+    patch(client, url, 0, b"abc")
+    guid = url.rstrip("/").rsplit("/", 1)[1]
+    with django_capture_on_commit_callbacks(execute=True):
+        first = client.post("/api/uploads/", {"resumable": [guid]}, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    # The answer was lost; the page sends the same request again. The
+    # resumable upload is gone by now: the key, not the list, answers.
+    again = client.post("/api/uploads/", {"resumable": [guid]}, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    assert first.status_code == again.status_code == 202 and again.json() == first.json()
+    assert Upload.objects.count() == 1
+
+
+def test_a_claim_that_names_an_unknown_upload_creates_nothing_and_keeps_the_others(make_user, api_client_for):
+    client = api_client_for(make_user("alice"))
+    url = create(client, 3)
+    patch(client, url, 0, b"abc")
+    guid = url.rstrip("/").rsplit("/", 1)[1]
+    unknown = "00000000-0000-4000-8000-000000000000"
+    resp = client.post("/api/uploads/", {"resumable": [guid, unknown]}, format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["resumable"] == [unknown]
+    assert not Upload.objects.exists() and offset_of(client, url) == 3  # still there, claimable
+    part = ResumableUpload.objects.get(guid=guid).temporary_file_path
+    assert os.path.exists(part)
+    twice = client.post("/api/uploads/", {"resumable": [guid, guid]}, format="json")
+    assert twice.status_code == 202 and len(twice.json()["uploads"]) == 1
