@@ -131,7 +131,9 @@ def test_a_decoding_child_and_its_fork_server_die_with_the_worker_process():
     parent = _start(_SANDBOX_PARENT)
     try:
         server = _wait_for(lambda: _fork_server_of(parent.pid), timeout_s=60, what="the fork server to start")
-        child = _wait_for(lambda: next(iter(_children(server)), None), timeout_s=60, what="a decoding child")
+        # Its forked children carry its command line; anything else it runs
+        # (a short-lived `ffmpeg -version` from an import) is not the child.
+        child = _wait_for(lambda: _fork_server_of(server), timeout_s=60, what="a decoding child")
         try:
             _kill_parent_then_wait_for_the_child(parent, child)
             _wait_for(lambda: not _running(server), timeout_s=30, what="the fork server to die with the worker")
