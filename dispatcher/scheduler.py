@@ -135,6 +135,7 @@ class FairScheduler:
         due: float | None = None,
         delay_s: float | None = None,
         now: float | None = None,
+        client: Any = None,
     ) -> bool:
         """Accept a job into `key`'s backlog (or into `delayed` until `due`,
         an absolute time such as a user's schedule, or for `delay_s` seconds
@@ -145,11 +146,14 @@ class FairScheduler:
         never released twice. `weight`, `cap` (0 removes it) and `rate`
         ((tokens per second, burst)) update the key's settings when given.
         Does not release: call `release` next, so that a caller submitting a
-        batch pays for one release.
+        batch pays for one release. `client`: a pipeline to queue the call on
+        (bulk loads); the result is then the pipeline's.
         """
-        return bool(self._run("submit", *self._submit_args(
-            job_id, key, cost=cost, payload=payload, weight=weight, cap=cap, rate=rate, due=due, delay_s=delay_s,
-            now=now)))
+        args = self._submit_args(job_id, key, cost=cost, payload=payload, weight=weight, cap=cap, rate=rate, due=due,
+                                 delay_s=delay_s, now=now)
+        if client is not None:
+            return self._scripts["submit"](keys=[self.prefix], args=args, client=client)
+        return bool(self._scripts["submit"](keys=[self.prefix], args=args))
 
     def submit_and_release(self, job_id: str, key: str, **fields: Any) -> tuple[bool, list[Released]]:
         """`submit` then `release`, pipelined in one round trip: the hot path
