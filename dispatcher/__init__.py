@@ -6,8 +6,12 @@ Layout
 ------
 - `scheduler.py` and `lua/`: the core, Redis and Lua only, nothing about
   Django or Celery. A job is submitted with its serialized Celery message as
-  an opaque payload; the caller publishes what `release` returns and reports
-  `start`, `heartbeat` and `finish`.
+  an opaque payload, which `release` pushes into the lane's queue (a Redis
+  list) in the same script call; the caller reports `start`, `heartbeat`
+  and `finish`.
+- `message.py`: that payload, built at submit exactly as kombu's Redis
+  transport would push the task (pinned by a test against the installed
+  kombu).
 - `service.py`: the Celery side of a submit, and the public functions below
   (the one way work enters a lane).
 - `worker.py`: the worker side, wired through Celery signals (start/finish
@@ -84,11 +88,11 @@ from dispatcher.hosts import host_processes, register_host, unregister_worker_of
 from dispatcher.scheduler import NO_RATE_LIMIT, FairScheduler, Released
 from dispatcher.service import (
     HANDED_BACK, KeyPolicy, after_commit, cancel, enqueue, finish, hand_back, is_draining, is_fair, job_id_of,
-    publish, release_all, scheduler, set_draining,
+    release_all, scheduler, set_draining,
 )
 
 __all__ = (
     "HANDED_BACK", "NO_RATE_LIMIT", "FairScheduler", "KeyPolicy", "Released", "after_commit", "cancel", "enqueue",
-    "finish", "hand_back", "host_processes", "is_draining", "is_fair", "job_id_of", "publish", "register_host",
+    "finish", "hand_back", "host_processes", "is_draining", "is_fair", "job_id_of", "register_host",
     "release_all", "scheduler", "set_draining", "unregister_worker_of_host",
 )

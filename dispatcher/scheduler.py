@@ -21,14 +21,15 @@ from typing import Any
 
 import redis
 
-# (job_id, payload): what release hands back for the caller to publish.
+# (job_id, message): what release released; the message is already in the
+# lane's queue when the scheduler has one (see FairScheduler's `queue`).
 Released = tuple[str, str]
 
 _LUA_DIR = Path(__file__).with_name("lua")
 # One file per operation; `_lib.lua` holds the helpers they share and is
 # prepended to each, because EVALSHA scripts cannot import one another.
 _SCRIPT_NAMES = (
-    "submit", "release", "start", "heartbeat", "finish",
+    "submit", "submit_release", "release", "start", "heartbeat", "finish",
     "requeue", "reap", "cancel", "register_worker", "snapshot",
 )
 _PRELUDE = (_LUA_DIR / "_lib.lua").read_text()
@@ -84,6 +85,11 @@ class FairScheduler:
     `run_lease_s`: a running job's lease, renewed by `heartbeat`. 30 s with a
     heartbeat every 10 s: two missed beats are tolerated, and a dead worker's
     job is offered again within half a minute.
+
+    `queue`: the Redis list every released job's payload is pushed to, in
+    the same script call (a kombu Redis queue: dispatcher/message.py builds
+    payloads in its format). Its RELEASE_TAG is replaced by the release's
+    tag first. None: release only returns the payloads.
     """
 
     def __init__(
@@ -95,6 +101,7 @@ class FairScheduler:
         default_window: int = 2,
         release_lease_s: float = 300.0,
         run_lease_s: float = 30.0,
+        queue: str | None = None,
     ) -> None:
         if not _LANE_NAME.match(lane):
             raise ValueError(f"lane name {lane!r} must match {_LANE_NAME.pattern}")
@@ -107,6 +114,8 @@ class FairScheduler:
         # The hash tag keeps every key of the lane in one Redis Cluster slot,
         # which multi-key scripts require.
         self.prefix = f"{{fair:{lane}}}:"
+        self.queue = queue
+        self._keys = [self.prefix] if queue is None else [self.prefix, queue]
         # register_script only hashes the source; the script is sent once, on
         # the first NOSCRIPT reply, and called by SHA after that.
         self._scripts = {name: client.register_script(src) for name, src in _SOURCES.items()}
@@ -117,7 +126,7 @@ class FairScheduler:
         return self._client
 
     def _run(self, script: str, *args: Any) -> Any:
-        return self._scripts[script](keys=[self.prefix], args=args)
+        return self._scripts[script](keys=self._keys, args=args)
 
     def _release_args(self, now: float | None) -> tuple[float, float, int, int]:
         return (_now(now), self.release_lease_s, self.default_window, self.headroom)
@@ -152,20 +161,14 @@ class FairScheduler:
         args = self._submit_args(job_id, key, cost=cost, payload=payload, weight=weight, cap=cap, rate=rate, due=due,
                                  delay_s=delay_s, now=now)
         if client is not None:
-            return self._scripts["submit"](keys=[self.prefix], args=args, client=client)
-        return bool(self._scripts["submit"](keys=[self.prefix], args=args))
+            return self._scripts["submit"](keys=self._keys, args=args, client=client)
+        return bool(self._scripts["submit"](keys=self._keys, args=args))
 
     def submit_and_release(self, job_id: str, key: str, **fields: Any) -> tuple[bool, list[Released]]:
-        """`submit` then `release`, pipelined in one round trip: the hot path
-        of a single enqueue. Two scripts, each atomic; nothing needs them to
-        be atomic together (a release in between by anyone is as good).
-        Takes the same keyword arguments as `submit`."""
-        args = self._submit_args(job_id, key, **fields)
-        now = fields.get("now")
-        with self._client.pipeline(transaction=False) as pipe:
-            self._scripts["submit"](keys=[self.prefix], args=args, client=pipe)
-            self._scripts["release"](keys=[self.prefix], args=(*self._release_args(now), 0), client=pipe)
-            accepted, released = pipe.execute()
+        """`submit` then `release`, in one script call: the hot path of a
+        single enqueue. Takes the same keyword arguments as `submit`."""
+        accepted, *released = self._run(
+            "submit_release", *self._submit_args(job_id, key, **fields), *self._release_args(None)[1:])
         return bool(accepted), _pairs(released)
 
     @staticmethod

@@ -49,7 +49,7 @@ from django.utils.module_loading import import_string
 
 from dispatcher.hosts import register_host, unregister_worker_of_host
 from dispatcher.service import (
-    HANDED_BACK, finish, hand_back_message, job_id_of, publish, release_all, scheduler, set_draining,
+    HANDED_BACK, finish, hand_back_message, job_id_of, release_all, scheduler, set_draining,
 )
 from project.lanes import FAIR_LANES, Lane
 from project.routing import UnroutedTaskError, lane_for
@@ -122,7 +122,7 @@ def _on_postrun(task_id: str, task, retval=None, **kwargs) -> None:
 
 def _report(job_id: str, lane: Lane, actual: float) -> None:
     try:
-        publish(lane, scheduler(lane).finish(job_id, actual_cost=actual))
+        scheduler(lane).finish(job_id, actual_cost=actual)
     except Exception:  # Redis blip: the lease expires and the job's slot is reclaimed by reap
         log.exception("could not report the end of %s on %s", job_id, lane)
 
