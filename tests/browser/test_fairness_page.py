@@ -2,8 +2,6 @@
 each user with work on a lane, and how much of it is still held."""
 from __future__ import annotations
 
-import json
-
 import pytest
 import redis
 from django.conf import settings
