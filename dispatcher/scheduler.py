@@ -67,17 +67,20 @@ class FairScheduler:
 
     `headroom`: released jobs beyond the live worker slots, so a slot that
     frees up finds a message already waiting in the Celery queue instead of
-    idling for a release round trip. One is enough: finish releases in the
-    same call that frees the slot.
+    idling for a release round trip. None is needed when a finish is
+    reported before its slot asks for the next message (the worker does so),
+    since finish releases into the freed slot in the same call; at most one
+    otherwise.
 
     `default_window`: slots assumed while no worker has registered (a fresh
     deployment, or all workers restarting), so the first jobs are queued and
     ready when workers come up; small so a newcomer never waits behind much.
 
     `release_lease_s`: how long a released job may wait in the Celery queue
-    for a worker to start it. It also bounds how long a job stays lost when
-    the releasing process dies between this script and publishing the
-    message: the job is reaped and released again. 300 s: with a window of
+    for a worker to start it, or may run without reporting its start. With
+    a `queue`, the script that releases a job also pushes its message, so no
+    publisher can die between the two; without one, the lease also bounds
+    how long a job stays lost when the caller dies before publishing. 300 s: with a window of
     slots + 1, a released job waits for at most one running job, so this must
     exceed the longest job that is not heartbeating yet; set it above the
     lane's longest job when its jobs are long.
