@@ -66,14 +66,17 @@ class Worker:
 
     def __init__(self, lane: str, *, pool: str, concurrency: int, name: str, log_dir: Path,
                  suffix: str = "bench", loglevel: str = "WARNING", env: dict | None = None,
-                 extra_args: tuple[str, ...] = ("--without-heartbeat",), wrapper: tuple[str, ...] = ()):
-        """`wrapper`: a command the worker runs under (e.g. faketime, taskset)."""
+                 extra_args: tuple[str, ...] = ("--without-heartbeat",), wrapper: tuple[str, ...] = (),
+                 app: str = "project", include: tuple[str, ...] = ("bench.tasks",)):
+        """`wrapper`: a command the worker runs under (e.g. faketime, taskset).
+        `app`: the Celery app (`-A`), the project's unless a benchmark brings
+        its own (bench/plain_celery.py); `include`: task modules to import."""
         self.name = f"{name}@{suffix}-{os.getpid()}"
         self.lane = lane
         self.log = log_dir / f"{name}.log"
         self.proc = subprocess.Popen(
-            [*wrapper, str(BIN / "celery"), "-A", "project", "worker", "-Q", lane, "-P", pool, "-c", str(concurrency),
-             "-n", self.name, "--include", "bench.tasks", "-l", loglevel,
+            [*wrapper, str(BIN / "celery"), "-A", app, "worker", "-Q", lane, "-P", pool, "-c", str(concurrency),
+             "-n", self.name, *(["--include", ",".join(include)] if include else []), "-l", loglevel,
              "--without-mingle", "--without-gossip", *extra_args],
             cwd=ROOT, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, **self.PROCFILE_ENV.get(lane, {}), **(env or {})},

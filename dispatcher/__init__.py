@@ -6,8 +6,12 @@ Layout
 ------
 - `scheduler.py` and `lua/`: the core, Redis and Lua only, nothing about
   Django or Celery. A job is submitted with its serialized Celery message as
-  an opaque payload; the caller publishes what `release` returns and reports
-  `start`, `heartbeat` and `finish`.
+  an opaque payload, which `release` pushes into the lane's queue (a Redis
+  list) in the same script call; the caller reports `start`, `heartbeat`
+  and `finish`.
+- `message.py`: that payload, built at submit exactly as kombu's Redis
+  transport would push the task (pinned by a test against the installed
+  kombu).
 - `service.py`: the Celery side of a submit, and the public functions below
   (the one way work enters a lane).
 - `worker.py`: the worker side, wired through Celery signals (start/finish
@@ -41,8 +45,9 @@ released next and starts after at most about one window of completions,
 whatever the other backlogs hold.
 
 Only a window of jobs is released at a time: the live workers' slots plus a
-little headroom (no slot ever waits for a release round trip, and a newcomer
-never queues behind more than that). Every state change (submit, release,
+headroom of queued jobs, none on the cpu lane (a finish releases into its
+own slot and pushes the message before the slot asks for one, so no slot
+waits and a newcomer queues behind no released job), a few on the io lane. Every state change (submit, release,
 start, heartbeat, finish, requeue, reap, cancel) is one Lua script over keys
 sharing the hash tag "{fair:<lane>}", so it is atomic for any number of web
 processes and workers; a job id is accepted once, popped once, hence released
@@ -70,8 +75,9 @@ We chose hold-and-release because:
   claimed job smuggled into results or state metadata.
 - Retries, revokes and admin actions keep working through Celery's ordinary
   paths, since the message is the job's own.
-- The window is small (slots + 1), so the only cost of binding a job to a
-  slot early is that a newcomer may wait behind that one headroom job; the
+- The window is small (slots + headroom, 0 or a few), so the only cost of
+  binding a job to a slot early is that a newcomer may wait behind the
+  headroom jobs; the
   prototype measured light users' worst wait at 0.12 s against 2.27 s FIFO.
 - Leases give what the doorbell's claim lease gives: a job lost with its
   publisher or worker is offered again, and `start` refuses finished jobs, so
@@ -84,11 +90,11 @@ from dispatcher.hosts import host_processes, register_host, unregister_worker_of
 from dispatcher.scheduler import NO_RATE_LIMIT, FairScheduler, Released
 from dispatcher.service import (
     HANDED_BACK, KeyPolicy, after_commit, cancel, enqueue, finish, hand_back, is_draining, is_fair, job_id_of,
-    publish, release_all, scheduler, set_draining,
+    release_all, scheduler, set_draining,
 )
 
 __all__ = (
     "HANDED_BACK", "NO_RATE_LIMIT", "FairScheduler", "KeyPolicy", "Released", "after_commit", "cancel", "enqueue",
-    "finish", "hand_back", "host_processes", "is_draining", "is_fair", "job_id_of", "publish", "register_host",
+    "finish", "hand_back", "host_processes", "is_draining", "is_fair", "job_id_of", "register_host",
     "release_all", "scheduler", "set_draining", "unregister_worker_of_host",
 )

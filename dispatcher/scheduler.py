@@ -22,14 +22,15 @@ from typing import Any
 
 import redis
 
-# (job_id, payload): what release hands back for the caller to publish.
+# (job_id, message): what release released; the message is already in the
+# lane's queue when the scheduler has one (see FairScheduler's `queue`).
 Released = tuple[str, str]
 
 _LUA_DIR = Path(__file__).with_name("lua")
 # One file per operation; `_lib.lua` holds the helpers they share and is
 # prepended to each, because EVALSHA scripts cannot import one another.
 _SCRIPT_NAMES = (
-    "submit", "release", "start", "heartbeat", "finish",
+    "submit", "submit_release", "release", "start", "heartbeat", "finish",
     "requeue", "reap", "cancel", "register_worker", "snapshot",
 )
 _PRELUDE = (_LUA_DIR / "_lib.lua").read_text()
@@ -67,17 +68,20 @@ class FairScheduler:
 
     `headroom`: released jobs beyond the live worker slots, so a slot that
     frees up finds a message already waiting in the Celery queue instead of
-    idling for a release round trip. One is enough: finish releases in the
-    same call that frees the slot.
+    idling for a release round trip. None is needed when a finish is
+    reported before its slot asks for the next message (the worker does so),
+    since finish releases into the freed slot in the same call; at most one
+    otherwise.
 
     `default_window`: slots assumed while no worker has registered (a fresh
     deployment, or all workers restarting), so the first jobs are queued and
     ready when workers come up; small so a newcomer never waits behind much.
 
     `release_lease_s`: how long a released job may wait in the Celery queue
-    for a worker to start it. It also bounds how long a job stays lost when
-    the releasing process dies between this script and publishing the
-    message: the job is reaped and released again. 300 s: with a window of
+    for a worker to start it, or may run without reporting its start. With
+    a `queue`, the script that releases a job also pushes its message, so no
+    publisher can die between the two; without one, the lease also bounds
+    how long a job stays lost when the caller dies before publishing. 300 s: with a window of
     slots + 1, a released job waits for at most one running job, so this must
     exceed the longest job that is not heartbeating yet; set it above the
     lane's longest job when its jobs are long.
@@ -85,6 +89,11 @@ class FairScheduler:
     `run_lease_s`: a running job's lease, renewed by `heartbeat`. 30 s with a
     heartbeat every 10 s: two missed beats are tolerated, and a dead worker's
     job is offered again within half a minute.
+
+    `queue`: the Redis list every released job's payload is pushed to, in
+    the same script call (a kombu Redis queue: dispatcher/message.py builds
+    payloads in its format). Its RELEASE_TAG is replaced by the release's
+    tag first. None: release only returns the payloads.
     """
 
     def __init__(
@@ -96,6 +105,7 @@ class FairScheduler:
         default_window: int = 2,
         release_lease_s: float = 300.0,
         run_lease_s: float = 30.0,
+        queue: str | None = None,
     ) -> None:
         if not _LANE_NAME.match(lane):
             raise ValueError(f"lane name {lane!r} must match {_LANE_NAME.pattern}")
@@ -108,6 +118,8 @@ class FairScheduler:
         # The hash tag keeps every key of the lane in one Redis Cluster slot,
         # which multi-key scripts require.
         self.prefix = f"{{fair:{lane}}}:"
+        self.queue = queue
+        self._keys = [self.prefix] if queue is None else [self.prefix, queue]
         # register_script only hashes the source; the script is sent once, on
         # the first NOSCRIPT reply, and called by SHA after that.
         self._scripts = {name: client.register_script(src) for name, src in _SOURCES.items()}
@@ -118,7 +130,7 @@ class FairScheduler:
         return self._client
 
     def _run(self, script: str, *args: Any) -> Any:
-        return self._scripts[script](keys=[self.prefix], args=args)
+        return self._scripts[script](keys=self._keys, args=args)
 
     def _release_args(self, now: float | None) -> tuple[float, float, int, int]:
         return (_now(now), self.release_lease_s, self.default_window, self.headroom)
@@ -136,6 +148,7 @@ class FairScheduler:
         due: float | None = None,
         delay_s: float | None = None,
         now: float | None = None,
+        client: Any = None,
     ) -> bool:
         """Accept a job into `key`'s backlog (or into `delayed` until `due`,
         an absolute time such as a user's schedule, or for `delay_s` seconds
@@ -146,23 +159,20 @@ class FairScheduler:
         never released twice. `weight`, `cap` (0 removes it) and `rate`
         ((tokens per second, burst)) update the key's settings when given.
         Does not release: call `release` next, so that a caller submitting a
-        batch pays for one release.
+        batch pays for one release. `client`: a pipeline to queue the call on
+        (bulk loads); the result is then the pipeline's.
         """
-        return bool(self._run("submit", *self._submit_args(
-            job_id, key, cost=cost, payload=payload, weight=weight, cap=cap, rate=rate, due=due, delay_s=delay_s,
-            now=now)))
+        args = self._submit_args(job_id, key, cost=cost, payload=payload, weight=weight, cap=cap, rate=rate, due=due,
+                                 delay_s=delay_s, now=now)
+        if client is not None:
+            return self._scripts["submit"](keys=self._keys, args=args, client=client)
+        return bool(self._scripts["submit"](keys=self._keys, args=args))
 
     def submit_and_release(self, job_id: str, key: str, **fields: Any) -> tuple[bool, list[Released]]:
-        """`submit` then `release`, pipelined in one round trip: the hot path
-        of a single enqueue. Two scripts, each atomic; nothing needs them to
-        be atomic together (a release in between by anyone is as good).
-        Takes the same keyword arguments as `submit`."""
-        args = self._submit_args(job_id, key, **fields)
-        now = fields.get("now")
-        with self._client.pipeline(transaction=False) as pipe:
-            self._scripts["submit"](keys=[self.prefix], args=args, client=pipe)
-            self._scripts["release"](keys=[self.prefix], args=(*self._release_args(now), 0), client=pipe)
-            accepted, released = pipe.execute()
+        """`submit` then `release`, in one script call: the hot path of a
+        single enqueue. Takes the same keyword arguments as `submit`."""
+        accepted, *released = self._run(
+            "submit_release", *self._submit_args(job_id, key, **fields), *self._release_args(None)[1:])
         return bool(accepted), _pairs(released)
 
     @staticmethod

@@ -2,26 +2,26 @@
 
 Services call `enqueue` with the task's arguments and its fairness key (the
 owning user). For a fair lane the message is not published: the job is held
-in the lane's FairScheduler (scheduler.py) and published by `publish` when
-the scheduler releases it, from here (right after the submit), from a worker
-when a job finishes (worker.py), or from the workers' ticker. A plain lane
-publishes at once. The router still decides the lane.
+in the lane's FairScheduler (scheduler.py) with its Celery message built
+already (message.py), and the scheduler's release script pushes that message
+into the lane's queue when it releases the job, whoever calls it: here
+(right after the submit, in the same script call), a worker when a job
+finishes (worker.py), or the workers' ticker. A plain lane publishes at
+once. The router still decides the lane.
 
-A held job's payload is the Celery call itself (task name, args, task id),
+A held job's message is the Celery call itself (task name, args, task id),
 so what Flower shows once released is the ordinary task with its readable
 arguments. The scheduler knows a job by its job id, which makes a
 re-submission of the same job (reconciler, duplicate request) recognisable:
 it accepts a job id once. Each released message gets an id of its own,
-`<job id>@<random>` (`message_id`): Celery remembers revoked ids for hours
-and drops every message that carries one, so a message id must never be
-reused by a later run of the same job; Flower still shows the job id.
+`<job id>@<release tag>` (message.py): Celery remembers revoked ids for
+hours and drops every message that carries one, so a message id must never
+be reused by a later run of the same job; Flower still shows the job id.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils.module_loading import import_string
 
+from dispatcher import message
 from dispatcher.scheduler import NO_RATE_LIMIT, FairScheduler
 from project.lanes import FAIR_LANES, Lane
 from project.routing import lane_for
@@ -47,11 +48,6 @@ FAIR_HEADER = "fairlane_lane"
 # shutdown) or belongs to another, live delivery. The worker then does not
 # report a finish, which would forget a job that is still owed a run.
 HANDED_BACK = "fairlane:handed-back"
-
-
-def message_id(job_id: str) -> str:
-    """A fresh Celery task id for one released message of `job_id`."""
-    return f"{job_id}@{secrets.token_hex(4)}"
 
 
 def job_id_of(task_id: str) -> str:
@@ -101,6 +97,7 @@ def scheduler(lane: Lane) -> FairScheduler:
                 default_window=conf["default_window"],
                 release_lease_s=conf["release_lease_s"],
                 run_lease_s=conf["run_lease_s"],
+                queue=lane.value,  # project/celery.py: each lane's queue is named after it
             )
         return _schedulers[key]
 
@@ -134,20 +131,24 @@ def enqueue(
         return True
     policy = policy or KeyPolicy()
     sched = scheduler(lane)
-    payload = _payload(task_name, args, options)
     # The whole policy goes with every submit (0 / NO_RATE_LIMIT remove a
-    # cap / limit), so a changed plan takes effect with the user's next job.
-    accepted, released = sched.submit_and_release(
-        task_id, fair_key, cost=cost, payload=payload, weight=policy.weight,
+    # cap / limit), so a changed plan takes effect with the user's next job;
+    # the scheduler skips settings it has already.
+    accepted, _ = sched.submit_and_release(
+        task_id, fair_key, cost=cost, payload=_message(sched, task_name, args, task_id, options), weight=policy.weight,
         cap=policy.cap if policy.cap is not None else 0, rate=policy.rate or NO_RATE_LIMIT, due=due,
         delay_s=delay_s,
     )
-    publish(lane, released)
     return accepted
 
 
-def _payload(task_name: str, args: list, options: dict | None) -> str:
-    return json.dumps({"task": task_name, "args": args, "options": options or {}})
+def _message(sched: FairScheduler, task_name: str, args: list, job_id: str, options: dict | None) -> str:
+    """The job's Celery message, as the release script will push it."""
+    queue, body = message.build(celery_app(), task_name, args, job_id=job_id, headers={FAIR_HEADER: sched.lane},
+                                options=options or {})
+    if queue != sched.queue:
+        raise ValueError(f"{task_name} is routed to {queue!r}, not to its lane's queue {sched.queue!r}")
+    return body
 
 
 def hand_back(
@@ -173,8 +174,8 @@ def hand_back(
     if is_fair(lane):
         sched = scheduler(lane)
         if sched.requeue(task_id, actual_cost=actual_cost, delay_s=delay_s,
-                         payload=_payload(task_name, args, options)):
-            publish(lane, sched.release())
+                         payload=_message(sched, task_name, args, task_id, options)):
+            sched.release()
             return
     enqueue(task_name, args, task_id=task_id, fair_key=fair_key, cost=cost, policy=policy, delay_s=delay_s,
             options=options)
@@ -214,25 +215,13 @@ def finish(task_name: str, task_id: str) -> None:
     """Tell the scheduler a job is done when its worker cannot (it died)."""
     lane = lane_for(task_name)
     if is_fair(lane):
-        publish(lane, scheduler(lane).finish(task_id))
-
-
-def publish(lane: Lane, released: list[tuple[str, str]]) -> None:
-    """Publish released jobs into the lane's Celery queue.
-
-    If this process dies before a message is out, the job's release lease
-    expires and the scheduler offers it again: nothing is lost, and a
-    duplicate delivery is dropped by the job's guarded start.
-    """
-    for job_id, payload in released:
-        call = json.loads(payload)
-        celery_app().send_task(call["task"], args=call["args"], task_id=message_id(job_id),
-                               headers={FAIR_HEADER: lane.value}, **call.get("options", {}))
+        scheduler(lane).finish(task_id)
 
 
 def release_all() -> int:
     """Reap expired leases and release what fits, on every fair lane (ticker,
-    beat, worker start). Returns how many jobs were published."""
+    beat, worker start). Returns how many jobs were released (and so
+    published: the release script pushes their messages)."""
     count = 0
     for lane in FAIR_LANES:
         if not is_fair(lane):
@@ -241,9 +230,7 @@ def release_all() -> int:
         reaped = sched.reap()
         if reaped:
             log.warning("lane %s: %d job lease(s) expired, offered again: %s", lane, len(reaped), reaped[:10])
-        released = sched.release()
-        publish(lane, released)
-        count += len(released)
+        count += len(sched.release())
     return count
 
 
@@ -269,4 +256,4 @@ def hand_back_message(lane: Lane, job_id: str) -> None:
     decide. Nothing to do when the scheduler no longer has it in flight."""
     sched = scheduler(lane)
     if sched.requeue(job_id):
-        publish(lane, sched.release())
+        sched.release()

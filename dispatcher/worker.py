@@ -3,10 +3,15 @@
 - task_prerun: note the job; if it runs longer than START_REPORT_AFTER_S
   the lease thread tells the scheduler it started (its lease becomes a run
   lease) and renews that lease every third of it.
-- task_postrun: hand the measured run time to this process's reporter
-  thread, which reports it (the scheduler corrects the key's charge by
-  actual - estimated) and publishes what the freed slot lets the scheduler
-  release, in the same script call.
+- task_postrun: report the finish with the measured run time (the
+  scheduler corrects the key's charge by actual - estimated) and release
+  into the freed slot, in one script call that also pushes the released
+  message. Synchronously, before the task's result (and so its ack) leaves
+  the child: by the time the worker asks for its next message, it is in the
+  queue. That is what lets a lane run without headroom (no released job
+  waiting in the queue, so a newcomer waits behind none), at one round
+  trip per job; a reporter thread instead would have to win the GIL from
+  the next task, which a CPU-bound Python task holds for 5 ms at a time.
 - worker_ready: register this worker's slots for the lanes it consumes (the
   scheduler's window is the live slots plus headroom), run the reconcilers
   (rebuild held state from the database), and start the ticker thread that
@@ -34,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -49,7 +53,7 @@ from django.utils.module_loading import import_string
 
 from dispatcher.hosts import register_host, unregister_worker_of_host
 from dispatcher.service import (
-    HANDED_BACK, finish, hand_back_message, job_id_of, publish, release_all, scheduler, set_draining,
+    HANDED_BACK, finish, hand_back_message, job_id_of, release_all, scheduler, set_draining,
 )
 from project.lanes import FAIR_LANES, Lane
 from project.routing import UnroutedTaskError, lane_for
@@ -66,7 +70,6 @@ class _Running:
 
 _running: dict[str, _Running] = {}  # task id -> state, for this process's running fair jobs
 _running_lock = threading.Lock()
-_reports: queue.SimpleQueue = queue.SimpleQueue()
 _threads_started = threading.Event()
 _threads_lock = threading.Lock()
 _worker_lanes: list[tuple[str, Lane, int]] = []  # (worker name, lane, slots)
@@ -87,13 +90,12 @@ def _fair_lane(task_name: str) -> Lane | None:
 
 
 def _ensure_threads() -> None:
-    """Start this process's reporter and lease threads (once per process:
-    prefork children start their own after the fork)."""
+    """Start this process's lease thread (once per process: prefork
+    children start their own after the fork)."""
     if _threads_started.is_set():
         return
     with _threads_lock:
         if not _threads_started.is_set():
-            threading.Thread(target=_report_loop, name="fair-reporter", daemon=True).start()
             threading.Thread(target=_lease_loop, name="fair-leases", daemon=True).start()
             _threads_started.set()
 
@@ -114,38 +116,14 @@ def _on_postrun(task_id: str, task, retval=None, **kwargs) -> None:
     with _running_lock:
         entry = _running.pop(job_id, None)
     if entry is not None and retval != HANDED_BACK:
-        # Off the task's critical path: the slot is free for the next message
-        # (the headroom keeps one waiting) while the reporter tells the
-        # scheduler and publishes what the freed slot releases.
-        _reports.put((job_id, entry.lane, time.monotonic() - entry.started))
+        _report(job_id, entry.lane, time.monotonic() - entry.started)
 
 
 def _report(job_id: str, lane: Lane, actual: float) -> None:
     try:
-        publish(lane, scheduler(lane).finish(job_id, actual_cost=actual))
+        scheduler(lane).finish(job_id, actual_cost=actual)
     except Exception:  # Redis blip: the lease expires and the job's slot is reclaimed by reap
         log.exception("could not report the end of %s on %s", job_id, lane)
-
-
-def _report_loop() -> None:
-    while True:
-        _report(*_reports.get())
-
-
-def _drain_reports() -> None:
-    """Report what is still queued before the process exits: otherwise those
-    jobs would count against the window until their release lease expires."""
-    while True:
-        try:
-            item = _reports.get_nowait()
-        except queue.Empty:
-            return
-        _report(*item)
-
-
-@signals.worker_process_shutdown.connect
-def _on_process_shutdown(**kwargs) -> None:
-    _drain_reports()
 
 
 def _lease_loop() -> None:
@@ -359,7 +337,6 @@ def _on_worker_ready(sender, **kwargs) -> None:
 @signals.worker_shutdown.connect
 def _on_worker_shutdown(**kwargs) -> None:
     _stop.set()
-    _drain_reports()  # the threads pool reports from this process
     for name, lane, _ in _worker_lanes:
         try:
             scheduler(lane).unregister_worker(name)

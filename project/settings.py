@@ -301,16 +301,19 @@ FAIR_REDIS_URL = os.environ.get("FAIR_REDIS_URL", REDIS_URL)
 # Off only to compare with plain FIFO Celery; the product runs with it on.
 FAIR_DISPATCH_ENABLED = env_bool("FAIR_DISPATCH_ENABLED", True)
 FAIR_LANES = {
-    # headroom: released jobs beyond live worker slots, so a freed slot never
-    # waits for a release round trip; small, because a newcomer may have to
-    # wait behind each of them.
+    # headroom: released jobs beyond live worker slots, waiting in the queue;
+    # a newcomer may have to wait behind each of them. A finish releases and
+    # pushes the next message before the slot asks for it (dispatcher/
+    # worker.py), so a lane of long jobs needs none: 0 on cpu-transcode
+    # (bench-fairness: a light user behind a flood waits for no queued job).
+    # The io lane's 64 threads finish in bursts; 8 keep them fed.
     # release_lease_s: a released job not started by then is offered again
     # (covers a publisher that died before publishing). Above the longest job
     # a released message may wait behind.
     # run_lease_s: a running job's lease, renewed every third of it; a dead
     # worker's job is offered again within this.
     "cpu-transcode": {
-        "headroom": int(os.environ.get("FAIR_CPU_HEADROOM", "1")),
+        "headroom": int(os.environ.get("FAIR_CPU_HEADROOM", "0")),
         "default_window": 2,
         "release_lease_s": float(os.environ.get("FAIR_CPU_RELEASE_LEASE_S", "900")),
         "run_lease_s": float(os.environ.get("FAIR_RUN_LEASE_S", "30")),

@@ -16,6 +16,16 @@ local DELAYED, INFLIGHT, INFLIGHT_N = P .. 'delayed', P .. 'inflight', P .. 'inf
 local VT, VCLOCK = P .. 'vt', P .. 'V'
 local WEIGHT, CAP, RATE, BUCKET = P .. 'weight', P .. 'cap', P .. 'rate', P .. 'bucket'
 local WORKERS, SLOTS = P .. 'workers', P .. 'slots'
+-- Each key's last applied settings "weight|cap|rate", as submit got them:
+-- a submit that repeats them (the service sends the whole policy with every
+-- job) changes nothing and costs one HGET.
+local POLICY = P .. 'policy'
+-- The Celery queue (a kombu Redis list) that release pushes messages to;
+-- absent: release only returns them. Not under the hash tag: in Redis
+-- Cluster the lane's queue must be made to share the lane's slot.
+local QUEUE = KEYS[2]
+-- Where a stored message (dispatcher/message.py) carries its release tag.
+local RELEASE_TAG = '~release~'
 
 -- Due delayed jobs, ready throttled keys and expired leases are handled at
 -- most this many per call: a script blocks the whole Redis while it runs, and
@@ -75,8 +85,8 @@ local function vclock() return tonumber(redis.call('GET', VCLOCK) or '0') end
 local function weight(k) return hnum(WEIGHT, k, 1) end
 
 -- Invariant kept by every script: a key is in exactly one of active, capped
--- and throttled exactly when its backlog is not empty. `activate` is the only
--- way in; a (re)activating key starts at max(vt, V), so time spent idle earns
+-- and throttled exactly when its backlog is not empty. `activate` is the way
+-- in (submit shortcuts it when its RPUSH shows the backlog was empty); a (re)activating key starts at max(vt, V), so time spent idle earns
 -- no credit.
 local function activate(k)
   if redis.call('ZSCORE', ACTIVE, k) or redis.call('SISMEMBER', CAPPED, k) == 1
@@ -205,8 +215,17 @@ local function release(now, lease_s, default_window, headroom, limit)
   local out = {}
   local room = window(now, default_window, headroom) - redis.call('ZCARD', INFLIGHT)
   if limit > 0 then room = math.min(room, limit) end
+  if room <= 0 then return out end
+  -- V is read once and written once per call. A key's score in `active` is
+  -- never below its vt (activate, adjust_vt and this loop keep it so), so
+  -- max(score, V) is max(vt, V), the job's start, without reading vt.
+  local v0 = vclock()
+  local v = v0
+  -- Unique per release of a job (the same job is not released twice within
+  -- a microsecond of Redis's clock): its message's id suffix.
+  local tag = string.format('%.0f', math.floor(now * 1e6))
   while room > 0 do
-    local head = redis.call('ZRANGE', ACTIVE, 0, 0)
+    local head = redis.call('ZRANGE', ACTIVE, 0, 0, 'WITHSCORES')
     if #head == 0 then break end
     local k = head[1]
     local cap = hnum(CAP, k, 0)
@@ -221,9 +240,9 @@ local function release(now, lease_s, default_window, headroom, limit)
       else
         local id = redis.call('LPOP', backlog(k))
         local job = load_job(id)
-        local start = math.max(hnum(VT, k, 0), vclock())
+        local start = math.max(tonumber(head[2]), v)
         local finish = start + job.c / weight(k)
-        redis.call('SET', VCLOCK, fmt(start))
+        v = start
         redis.call('HSET', VT, k, fmt(finish))
         if redis.call('LLEN', backlog(k)) > 0 then
           redis.call('ZADD', ACTIVE, fmt(finish), k)
@@ -235,11 +254,60 @@ local function release(now, lease_s, default_window, headroom, limit)
         job.s = 'released'
         job.r = nil
         save_job(id, job)
+        local message = string.gsub(redis.call('HGET', PAYLOAD, id), RELEASE_TAG, tag)
+        if QUEUE then redis.call('LPUSH', QUEUE, message) end
         out[#out + 1] = id
-        out[#out + 1] = redis.call('HGET', PAYLOAD, id)
+        out[#out + 1] = message
         room = room - 1
       end
     end
   end
+  if v ~= v0 then redis.call('SET', VCLOCK, fmt(v)) end
   return out
+end
+
+-- submit(job_id, key, cost, payload, weight, cap, rate, due, now, delay): see submit.lua.
+local function submit(a, now)
+  local id, k, cost, payload = a[1], a[2], tonumber(a[3]), a[4]
+  local new_weight, new_cap, new_rate = a[5], a[6], a[7]
+  local due = due_time(a[8], a[10], now)
+  local delayed = due and due > now
+
+  -- Known in any state: nothing changes (one command, which also records the job).
+  if redis.call('HSETNX', JOBS, id, cjson.encode({k = k, c = cost, s = delayed and 'delayed' or 'held'})) == 0 then
+    return 0
+  end
+
+  local policy = new_weight .. '|' .. new_cap .. '|' .. new_rate
+  if policy ~= '||' and redis.call('HGET', POLICY, k) ~= policy then
+    redis.call('HSET', POLICY, k, policy)
+    if new_weight ~= '' then redis.call('HSET', WEIGHT, k, new_weight) end
+    if new_cap == '0' then
+      redis.call('HDEL', CAP, k)
+    elseif new_cap ~= '' then
+      redis.call('HSET', CAP, k, new_cap)
+    end
+    if new_rate == '0' then
+      redis.call('HDEL', RATE, k)
+      redis.call('HDEL', BUCKET, k)
+    elseif new_rate ~= '' then
+      redis.call('HSET', RATE, k, new_rate)
+    end
+    -- New limits apply at once: a key parked for its old cap or rate becomes
+    -- eligible again, and the next release re-checks it against the new ones.
+    if new_cap ~= '' or new_rate ~= '' then
+      local parked = redis.call('SREM', CAPPED, k) + redis.call('ZREM', THROTTLED, k)
+      if parked > 0 then activate(k) end
+    end
+  end
+
+  redis.call('HSET', PAYLOAD, id, payload)
+  if delayed then
+    redis.call('ZADD', DELAYED, fmt(due), id)
+  elseif redis.call('RPUSH', backlog(k), id) == 1 then
+    -- The backlog was empty, so the key was in none of active, capped and
+    -- throttled (the invariant above `activate`): it activates.
+    redis.call('ZADD', ACTIVE, fmt(math.max(hnum(VT, k, 0), vclock())), k)
+  end
+  return 1
 end

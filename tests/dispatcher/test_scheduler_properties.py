@@ -23,6 +23,7 @@ reproduces with `pytest --hypothesis-profile=explore --hypothesis-seed=<seed>`.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 import pytest
@@ -38,6 +39,7 @@ from hypothesis.stateful import (
 )
 
 from dispatcher import FairScheduler
+from dispatcher.message import RELEASE_TAG
 
 # Few ids and keys, so duplicates, caps and contention happen in most runs.
 JOB_ID_POOL = [f"j{i}" for i in range(10)]
@@ -52,6 +54,7 @@ KEYS = sorted(KEY_SETTINGS)
 HEADROOM, DEFAULT_WINDOW = 1, 2
 START_TIME = 1_000.0
 TOKEN_EPSILON = 1e-9  # lua/_lib.lua
+QUEUE = "prop-celery-queue"
 
 
 @dataclass
@@ -90,6 +93,8 @@ class Model:
     rate: dict[str, tuple[float, float]] = field(default_factory=dict)
     bucket: dict[str, tuple[float, float]] = field(default_factory=dict)  # key -> (tokens, updated at)
     workers: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (slots, expires at)
+    policy: dict[str, tuple] = field(default_factory=dict)  # key -> the (weight, cap, rate) last applied
+    pushed: list[tuple[str, str]] = field(default_factory=list)  # (job, message) pushed to the queue, in order
 
     # --- _lib.lua --------------------------------------------------------------
 
@@ -181,6 +186,7 @@ class Model:
         room = self.window(now) - len(self.inflight)
         if limit > 0:
             room = min(room, limit)
+        tag = str(math.floor(now * 1e6))
         while room > 0 and self.active:
             key = min(self.active, key=lambda k: (self.active[k], k))
             if self.cap.get(key, 0) > 0 and self.inflight_n.get(key, 0) >= self.cap[key]:
@@ -204,6 +210,7 @@ class Model:
             self.inflight[job_id] = now + self.release_lease_s
             self.inflight_n[key] = self.inflight_n.get(key, 0) + 1
             job.state, job.handed_back = "released", False
+            self.pushed.append((job_id, job.payload.replace(RELEASE_TAG, tag)))
             out.append(job_id)
             room -= 1
         return out
@@ -215,6 +222,21 @@ class Model:
                rate: tuple[float, float] | None = None) -> bool:
         if job_id in self.jobs:
             return False
+        policy = (weight, cap, rate)
+        if policy != (None, None, None) and self.policy.get(key) != policy:  # settings a submit repeats: nothing
+            self.policy[key] = policy
+            self.apply_policy(key, weight, cap, rate)
+        if due is not None and due > now:
+            self.jobs[job_id] = Job(key, cost, "delayed", payload)
+            self.delayed[job_id] = due
+        else:
+            self.jobs[job_id] = Job(key, cost, "held", payload)
+            self.backlog(key).append(job_id)
+            self.activate(key)
+        return True
+
+    def apply_policy(self, key: str, weight: float | None, cap: int | None,
+                     rate: tuple[float, float] | None) -> None:
         if weight is not None:
             self.weight[key] = weight
         if cap is not None:
@@ -230,14 +252,6 @@ class Model:
             self.throttled.pop(key, None)
             if parked:
                 self.activate(key)
-        if due is not None and due > now:
-            self.jobs[job_id] = Job(key, cost, "delayed", payload)
-            self.delayed[job_id] = due
-        else:
-            self.jobs[job_id] = Job(key, cost, "held", payload)
-            self.backlog(key).append(job_id)
-            self.activate(key)
-        return True
 
     def start(self, job_id: str, now: float) -> bool:
         job = self.jobs.get(job_id)
@@ -317,8 +331,9 @@ class SchedulerMachine(RuleBasedStateMachine):
     def __init__(self, client: redis.Redis) -> None:
         super().__init__()
         self.client = client
-        self.sched = FairScheduler(client, "prop", headroom=HEADROOM, default_window=DEFAULT_WINDOW)
+        self.sched = FairScheduler(client, "prop", headroom=HEADROOM, default_window=DEFAULT_WINDOW, queue=QUEUE)
         self.sched.clear()
+        client.delete(QUEUE)
         assert client.keys("{fair:prop}*") == []
         self.model = Model(self.sched.release_lease_s, self.sched.run_lease_s)
         self.now = START_TIME
@@ -327,10 +342,10 @@ class SchedulerMachine(RuleBasedStateMachine):
     def check_released(self, released: list[tuple[str, str]], expected: list[str], *, window: int,
                        in_flight_before: int, limit: int = 0) -> None:
         """What release returned is what the model released, with each job's
-        message, and it keeps the contract whatever the model says."""
+        message (its release tag filled in), and it keeps the contract
+        whatever the model says."""
         assert [job_id for job_id, _ in released] == expected
-        for job_id, payload in released:
-            assert payload == self.model.jobs[job_id].payload
+        assert released == (self.model.pushed[-len(expected):] if expected else [])
         assert len(self.model.inflight) <= max(window, in_flight_before)
         for key, cap in self.model.cap.items():
             released_here = sum(self.model.jobs[j].key == key for j in expected)
@@ -351,7 +366,7 @@ class SchedulerMachine(RuleBasedStateMachine):
           delay=st.sampled_from([None, 0.0, 5.0, 50.0]), relative=st.booleans())
     def submit(self, job_id, key, cost, delay, relative):
         due = None if delay is None else self.now + delay
-        payload = f"payload {job_id} {self.now}"
+        payload = f"payload {job_id} {self.now} {RELEASE_TAG}"
         when = {"delay_s": delay} if relative else {"due": due}
         accepted = self.sched.submit(job_id, key, cost=cost, payload=payload, now=self.now, **when,
                                      **KEY_SETTINGS[key])
@@ -361,13 +376,13 @@ class SchedulerMachine(RuleBasedStateMachine):
     def submit_burst(self, key, n):
         """Several jobs of one key at once: what makes caps and rates bind."""
         for job_id in [i for i in JOB_ID_POOL if i not in self.model.jobs][:n]:
-            payload = f"payload {job_id} {self.now}"
+            payload = f"payload {job_id} {self.now} {RELEASE_TAG}"
             assert self.sched.submit(job_id, key, payload=payload, now=self.now, **KEY_SETTINGS[key])
             assert self.model.submit(job_id, key, 1.0, payload, None, self.now, **KEY_SETTINGS[key])
 
     @rule(job_id=JOB_IDS, key=st.sampled_from(KEYS), cost=st.sampled_from([0.5, 4.0]))
     def submit_and_release(self, job_id, key, cost):
-        payload = f"payload {job_id} {self.now}"
+        payload = f"payload {job_id} {self.now} {RELEASE_TAG}"
         accepted, released = self.sched.submit_and_release(job_id, key, cost=cost, payload=payload, now=self.now,
                                                             **KEY_SETTINGS[key])
         window, before = self.model.window(self.now), len(self.model.inflight)
@@ -459,9 +474,10 @@ class SchedulerMachine(RuleBasedStateMachine):
             pipe.zrange(p + name, 0, -1, withscores=True)
         pipe.smembers(p + "capped")
         pipe.get(p + "V")
+        pipe.lrange(QUEUE, 0, -1)
         for key in KEYS:
             pipe.lrange(p + "q:" + key, 0, -1)
-        (jobs, payloads, vt, inflight_n, bucket, active, throttled, delayed, inflight, capped, v,
+        (jobs, payloads, vt, inflight_n, bucket, active, throttled, delayed, inflight, capped, v, queue,
          *backlogs) = pipe.execute()
         text = lambda b: b.decode()  # noqa: E731
         scored = lambda pairs: {text(member): score for member, score in pairs}  # noqa: E731
@@ -482,6 +498,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert {text(k): int(n) for k, n in inflight_n.items()} == m.inflight_n
         assert {text(k): float(x) for k, x in vt.items()} == {k: x for k, x in m.vt.items()}
         assert float(v or 0) == m.V
+        # LPUSH: the list's tail is the first message pushed (BRPOP's end).
+        assert [text(message) for message in reversed(queue)] == [message for _, message in m.pushed]
         assert {text(k): tuple(map(float, text(s).split(":"))) for k, s in bucket.items()} == m.bucket
 
         # Contract checks that do not rely on the model being right.

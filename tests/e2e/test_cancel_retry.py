@@ -31,8 +31,18 @@ def upload(client, files) -> list[str]:
     return [u["job"]["id"] for u in resp.json()["uploads"]]
 
 
+@pytest.fixture
+def sched(monkeypatch) -> dispatcher.FairScheduler:
+    """The cpu lane's scheduler in this process, releasing one job beyond the
+    slots when it submits (the lane runs without headroom), so that a
+    released job waits in the queue for these tests to act on."""
+    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
+    monkeypatch.setattr(sched, "headroom", 1)
+    return sched
+
+
 def test_canceled_released_and_running_jobs_free_the_lane_and_retried_ones_run(
-        workers, make_user, api_client_for, tmp_path):
+        workers, sched, make_user, api_client_for, tmp_path):
     operator = get_user_model().objects.create_superuser("operator", "op@example.com", "x")
     alice, bob = make_user("alice"), make_user("bob")
     video = make_video(tmp_path / "v.mp4", seconds=4, size="640x360")
@@ -42,7 +52,6 @@ def test_canceled_released_and_running_jobs_free_the_lane_and_retried_ones_run(
     finally:
         for h in handles:
             h.close()
-    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
     # Two running (both worker slots) and one more released behind them.
     wait_for(lambda: Job.objects.filter(id__in=jobs, status="running").count() == 2, 60, "two jobs running")
     wait_for(lambda: sched.snapshot()["totals"]["in_flight"] == 3, 30, "a full window")
@@ -72,7 +81,7 @@ def test_canceled_released_and_running_jobs_free_the_lane_and_retried_ones_run(
         assert job.attempt_log.get(number=job.attempts).outcome == "succeeded"
 
 
-def test_a_message_revoked_in_flower_hands_its_job_back_instead_of_holding_a_slot(workers, redis_client):
+def test_a_message_revoked_in_flower_hands_its_job_back_instead_of_holding_a_slot(workers, sched, redis_client):
     """An operator revokes a released message from Flower (the control
     API): Celery discards it without running it. The dispatcher is told, the
     job is released again under a new message id and runs; the window is
@@ -80,7 +89,6 @@ def test_a_message_revoked_in_flower_hands_its_job_back_instead_of_holding_a_slo
     from bench.tasks import RUNS_KEY
     from project.celery import app
 
-    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
     for i in range(3):  # two fill both worker slots; the third waits in the queue
         assert dispatcher.enqueue("bench.cpu.spin", [f"spin-{i}", "heavy", 3000], task_id=f"spin-{i}",
                                   fair_key="heavy", cost=3.0)

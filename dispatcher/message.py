@@ -1,0 +1,73 @@
+"""A held job's Celery message, built at submit and pushed into the lane's
+queue by the release script itself.
+
+Release is then one Lua call that also publishes: no round trip back to
+Python, no kombu producer on the hot path, and release-and-publish are
+atomic (a process dying between the two can no longer leave a job released
+but never published). The price is that the message must be exactly what
+kombu's Redis transport would push: `build` follows celery.app.amqp's
+`send_task_message` and kombu's `Producer.publish` / virtual
+`Channel.basic_publish` step by step, and tests/dispatcher/test_message.py
+compares the result with what `send_task` pushes on the installed kombu, so
+an upgrade that changes the format fails there, not in production.
+
+Each release needs a message id of its own (`<job id>@<release tag>`):
+Celery remembers revoked ids for hours and drops every message carrying one,
+so a later run of the same job must not reuse an id. The message is stored
+with RELEASE_TAG where the id's suffix goes (task id, root id, correlation
+id, delivery tag) and the release script replaces it with the release's
+time in microseconds on Redis's clock (lua/_lib.lua, `push`).
+"""
+from __future__ import annotations
+
+import base64
+import json
+
+from celery import Celery
+from kombu.serialization import dumps as serialize
+from kombu.utils.encoding import str_to_bytes
+
+# Not in base64's alphabet nor escaped by JSON nor a Lua pattern character:
+# it can only appear where build() put it.
+RELEASE_TAG = "~release~"
+# kombu.transport.virtual.Channel.body_encoding
+_BODY_ENCODING = "base64"
+
+
+def build(app: Celery, task_name: str, args: list, *, job_id: str, headers: dict, options: dict) -> tuple[str, str]:
+    """(the Redis list the message goes to, the message as kombu's Redis
+    transport stores it) for `task_name(*args)` as job `job_id`, with extra
+    `headers` and Celery call `options` (time limits)."""
+    options = dict(options)
+    time_limit, soft_time_limit = options.pop("time_limit", None), options.pop("soft_time_limit", None)
+    routed = app.amqp.router.route(options, task_name, args, {}, app.tasks.get(task_name))
+    queue = routed.pop("queue")
+    if routed or queue.exchange.type != "direct":
+        raise ValueError(f"{task_name}: only plain direct-queue routing can be pre-built, not {routed or queue}")
+    task_id = f"{job_id}@{RELEASE_TAG}"
+    root_id = parent_id = None
+    parent = app.current_worker_task  # a job submitted by a task: as apply_async, it is that task's child
+    if parent:
+        root_id, parent_id = parent.request.root_id or parent.request.id, parent.request.id
+    message = app.amqp.create_task_message(
+        task_id, task_name, args, {}, reply_to=app.thread_oid, time_limit=time_limit,
+        soft_time_limit=soft_time_limit, root_id=root_id, parent_id=parent_id, ignore_result=None,
+    )
+    content_type, content_encoding, body = serialize(message.body, serializer=app.conf.task_serializer)
+    properties = {
+        **message.properties,
+        "delivery_mode": 2,  # kombu: 'persistent', the default delivery mode
+        "delivery_info": {"exchange": "", "routing_key": queue.name},  # direct: the queue itself
+        "priority": 0,
+        "body_encoding": _BODY_ENCODING,
+        "delivery_tag": task_id,  # any unique string; kombu uses a uuid
+    }
+    envelope = {
+        "body": base64.b64encode(str_to_bytes(body)).decode(),  # kombu's encode_body
+        "content-encoding": content_encoding,
+        "content-type": content_type,
+        "headers": {**message.headers, **headers},
+        "properties": properties,
+    }
+    # Priority 0: the queue's own list (kombu's _q_for_pri), no suffix.
+    return queue.name, json.dumps(envelope)
