@@ -112,7 +112,7 @@ def chunking_workers(django_db_setup, django_db_blocker, tmp_path_factory):
     from tests.workers import Workers, lane_paused
 
     with lane_paused("cpu-transcode"):
-        pool = Workers(tmp_path_factory.mktemp("chunk-worker-logs"), env=CHUNKING_ENV)
+        pool = Workers(tmp_path_factory.mktemp("chunk-worker-logs"), env=CHUNKING_ENV, suffix="chunking")
         try:
             pool.wait_ready()
             yield pool

@@ -25,13 +25,17 @@ def test_database_url() -> str:
 class Workers:
     """Both lanes' workers; `stop()` shuts them down (warm, then cold)."""
 
-    def __init__(self, log_dir: Path, *, cpu_concurrency: int = 2, io_concurrency: int = 8, env: dict | None = None):
+    def __init__(self, log_dir: Path, *, cpu_concurrency: int = 2, io_concurrency: int = 8, env: dict | None = None,
+                 suffix: str = "test"):
+        """`suffix` names the pool's workers (cpu@<suffix>-<pid>): two pools
+        up at once need different ones, or one pool's shutdown (the
+        dispatcher records a stopping worker by name) stops the other."""
         env = {"DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1", "LOG_FORMAT": "json", **(env or {})}
         self.procs: dict[str, Worker] = {
             "cpu": Worker("cpu-transcode", pool="prefork", concurrency=cpu_concurrency, name="cpu", log_dir=log_dir,
-                          suffix="test", loglevel="INFO", env=env, extra_args=()),
+                          suffix=suffix, loglevel="INFO", env=env, extra_args=()),
             "io": Worker("io-notify", pool="threads", concurrency=io_concurrency, name="io", log_dir=log_dir,
-                         suffix="test", loglevel="INFO", env=env, extra_args=()),
+                         suffix=suffix, loglevel="INFO", env=env, extra_args=()),
         }
         self.names = {w.name for w in self.procs.values()}
         RUNNING.append(self)
