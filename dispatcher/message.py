@@ -16,12 +16,16 @@ Celery remembers revoked ids for hours and drops every message carrying one,
 so a later run of the same job must not reuse an id. The message is stored
 with RELEASE_TAG where the id's suffix goes (task id, root id, correlation
 id, delivery tag) and the release script replaces it with the release's
-time in microseconds on Redis's clock (lua/_lib.lua, `push`).
+time in microseconds on Redis's clock (lua/_lib.lua, `release`), unless
+the submitter chose the tag of the first release (`new_tag`) so that it could
+announce the message id before the message exists (dispatcher/monitor.py).
 """
 from __future__ import annotations
 
 import base64
 import json
+import secrets
+from typing import NamedTuple
 
 from celery import Celery
 from kombu.serialization import dumps as serialize
@@ -34,9 +38,20 @@ RELEASE_TAG = "~release~"
 _BODY_ENCODING = "base64"
 
 
-def build(app: Celery, task_name: str, args: list, *, job_id: str, headers: dict, options: dict) -> tuple[str, str]:
-    """(the Redis list the message goes to, the message as kombu's Redis
-    transport stores it) for `task_name(*args)` as job `job_id`, with extra
+class Built(NamedTuple):
+    queue: str  # the Redis list the message goes to
+    body: str  # the message as kombu's Redis transport stores it, RELEASE_TAG where its id's suffix goes
+    event: dict  # the fields of Celery's task-sent event for it (uuid with RELEASE_TAG too)
+
+
+def new_tag() -> str:
+    """A tag for a message id chosen by its submitter: random, and never of
+    the release's own form (digits only), so never an id used before."""
+    return "s" + secrets.token_hex(6)
+
+
+def build(app: Celery, task_name: str, args: list, *, job_id: str, headers: dict, options: dict) -> Built:
+    """The stored message for `task_name(*args)` as job `job_id`, with extra
     `headers` and Celery call `options` (time limits)."""
     options = dict(options)
     time_limit, soft_time_limit = options.pop("time_limit", None), options.pop("soft_time_limit", None)
@@ -52,6 +67,7 @@ def build(app: Celery, task_name: str, args: list, *, job_id: str, headers: dict
     message = app.amqp.create_task_message(
         task_id, task_name, args, {}, reply_to=app.thread_oid, time_limit=time_limit,
         soft_time_limit=soft_time_limit, root_id=root_id, parent_id=parent_id, ignore_result=None,
+        create_sent_event=True,
     )
     content_type, content_encoding, body = serialize(message.body, serializer=app.conf.task_serializer)
     properties = {
@@ -69,5 +85,7 @@ def build(app: Celery, task_name: str, args: list, *, job_id: str, headers: dict
         "headers": {**message.headers, **headers},
         "properties": properties,
     }
+    # As celery.app.amqp's send_task_message completes it.
+    event = {**message.sent_event, "queue": queue.name, "exchange": "", "routing_key": queue.name}
     # Priority 0: the queue's own list (kombu's _q_for_pri), no suffix.
-    return queue.name, json.dumps(envelope)
+    return Built(queue.name, json.dumps(envelope), event)

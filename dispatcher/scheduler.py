@@ -147,6 +147,7 @@ class FairScheduler:
         rate: tuple[float, float] | None = None,
         due: float | None = None,
         delay_s: float | None = None,
+        tag: str = "",
         now: float | None = None,
         client: Any = None,
     ) -> bool:
@@ -160,10 +161,12 @@ class FairScheduler:
         ((tokens per second, burst)) update the key's settings when given.
         Does not release: call `release` next, so that a caller submitting a
         batch pays for one release. `client`: a pipeline to queue the call on
-        (bulk loads); the result is then the pipeline's.
+        (bulk loads); the result is then the pipeline's. `tag`: the message
+        id's suffix on the job's first release (see `message.new_tag`);
+        empty, the release's own.
         """
         args = self._submit_args(job_id, key, cost=cost, payload=payload, weight=weight, cap=cap, rate=rate, due=due,
-                                 delay_s=delay_s, now=now)
+                                 delay_s=delay_s, tag=tag, now=now)
         if client is not None:
             return self._scripts["submit"](keys=self._keys, args=args, client=client)
         return bool(self._scripts["submit"](keys=self._keys, args=args))
@@ -179,7 +182,7 @@ class FairScheduler:
     def _submit_args(
         job_id: str, key: str, *, cost: float = 1.0, payload: str = "", weight: float | None = None,
         cap: int | None = None, rate: tuple[float, float] | None = None, due: float | None = None,
-        delay_s: float | None = None, now: float | None = None,
+        delay_s: float | None = None, tag: str = "", now: float | None = None,
     ) -> tuple:
         finite = [cost, weight, due, delay_s, *(rate if rate not in (None, NO_RATE_LIMIT) else ())]
         if not all(v is None or math.isfinite(v) for v in finite):
@@ -200,6 +203,7 @@ class FairScheduler:
             _opt(due),
             _now(now),
             _opt(delay_s),
+            tag,
         )
 
     def release(self, *, now: float | None = None, limit: int | None = None) -> list[Released]:
@@ -243,16 +247,16 @@ class FairScheduler:
 
     def requeue(
         self, job_id: str, *, actual_cost: float = 0.0, due: float | None = None, delay_s: float | None = None,
-        payload: str = "", now: float | None = None,
+        payload: str = "", tag: str = "", now: float | None = None,
     ) -> bool:
         """Put a job in flight back at the front of its backlog (after `due`
         or `delay_s`, for a retry's backoff), its key charged `actual_cost` for the attempt
         instead of the estimate (0: never started, a full refund); a non-empty
-        `payload` replaces its message.
+        `payload` replaces its message, released first under `tag` if given.
 
         False when the job is not in flight. Does not release.
         """
-        return bool(self._run("requeue", job_id, actual_cost, _opt(due), _now(now), payload, _opt(delay_s)))
+        return bool(self._run("requeue", job_id, actual_cost, _opt(due), _now(now), payload, _opt(delay_s), tag))
 
     def reap(self, *, now: float | None = None) -> list[str]:
         """Put jobs whose lease expired back at the front of their backlogs.
@@ -305,10 +309,17 @@ class FairScheduler:
 
     def known_many(self, job_ids: list[str]) -> list[str | None]:
         """`known` for many jobs in one round trip (the reconciler)."""
+        return [None if job is None else job["s"] for job in self._records(job_ids)]
+
+    def pending_tags(self, job_ids: list[str]) -> list[tuple[str, str] | None]:
+        """(tag, key) for each job whose next message id carries a tag its
+        submitter chose (`submit(tag=)`) and that was not released since; else None."""
+        return [(job["t"], job["k"]) if job and job.get("t") else None for job in self._records(job_ids)]
+
+    def _records(self, job_ids: list[str]) -> list[dict | None]:
         if not job_ids:
             return []
-        return [None if raw is None else json.loads(raw)["s"]
-                for raw in self._client.hmget(self.prefix + "jobs", job_ids)]
+        return [None if raw is None else json.loads(raw) for raw in self._client.hmget(self.prefix + "jobs", job_ids)]
 
     def time(self) -> float:
         """Redis's clock, the one the scripts compare against."""

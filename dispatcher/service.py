@@ -17,6 +17,8 @@ it accepts a job id once. Each released message gets an id of its own,
 `<job id>@<release tag>` (message.py): Celery remembers revoked ids for
 hours and drops every message that carries one, so a message id must never
 be reused by a later run of the same job; Flower still shows the job id.
+The submitter picks the tag of the first release, so that a held job can be
+announced to Flower under the id it will run as (monitor.py).
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from dispatcher import message
+from dispatcher import message, monitor
 from dispatcher.scheduler import NO_RATE_LIMIT, FairScheduler
 from project.lanes import FAIR_LANES, Lane
 from project.routing import lane_for
@@ -134,21 +136,24 @@ def enqueue(
     # The whole policy goes with every submit (0 / NO_RATE_LIMIT remove a
     # cap / limit), so a changed plan takes effect with the user's next job;
     # the scheduler skips settings it has already.
+    built, tag = _message(sched, task_name, args, task_id, options), message.new_tag()
     accepted, _ = sched.submit_and_release(
-        task_id, fair_key, cost=cost, payload=_message(sched, task_name, args, task_id, options), weight=policy.weight,
+        task_id, fair_key, cost=cost, payload=built.body, weight=policy.weight,
         cap=policy.cap if policy.cap is not None else 0, rate=policy.rate or NO_RATE_LIMIT, due=due,
-        delay_s=delay_s,
+        delay_s=delay_s, tag=tag,
     )
+    if accepted:
+        monitor.announce_held(celery_app(), [monitor.Held(built.event, tag, fair_key)])
     return accepted
 
 
-def _message(sched: FairScheduler, task_name: str, args: list, job_id: str, options: dict | None) -> str:
+def _message(sched: FairScheduler, task_name: str, args: list, job_id: str, options: dict | None) -> message.Built:
     """The job's Celery message, as the release script will push it."""
-    queue, body = message.build(celery_app(), task_name, args, job_id=job_id, headers={FAIR_HEADER: sched.lane},
-                                options=options or {})
-    if queue != sched.queue:
-        raise ValueError(f"{task_name} is routed to {queue!r}, not to its lane's queue {sched.queue!r}")
-    return body
+    built = message.build(celery_app(), task_name, args, job_id=job_id, headers={FAIR_HEADER: sched.lane},
+                          options=options or {})
+    if built.queue != sched.queue:
+        raise ValueError(f"{task_name} is routed to {built.queue!r}, not to its lane's queue {sched.queue!r}")
+    return built
 
 
 def hand_back(
@@ -173,8 +178,9 @@ def hand_back(
     lane = lane_for(task_name)
     if is_fair(lane):
         sched = scheduler(lane)
-        if sched.requeue(task_id, actual_cost=actual_cost, delay_s=delay_s,
-                         payload=_message(sched, task_name, args, task_id, options)):
+        built, tag = _message(sched, task_name, args, task_id, options), message.new_tag()
+        if sched.requeue(task_id, actual_cost=actual_cost, delay_s=delay_s, payload=built.body, tag=tag):
+            monitor.announce_held(celery_app(), [monitor.Held(built.event, tag, fair_key)])
             sched.release()
             return
     enqueue(task_name, args, task_id=task_id, fair_key=fair_key, cost=cost, policy=policy, delay_s=delay_s,
@@ -244,8 +250,10 @@ def cancel(task_name: str, job_ids: list[str]) -> None:
     lane = lane_for(task_name)
     if is_fair(lane):
         sched = scheduler(lane)
-        for job_id in job_ids:
-            sched.cancel(job_id)
+        announced = sched.pending_tags(job_ids) if monitor.enabled(celery_app()) else [None] * len(job_ids)
+        canceled = [(job_id, *pending) for job_id, pending in zip(job_ids, announced)
+                    if sched.cancel(job_id) and pending]
+        monitor.announce_canceled(celery_app(), canceled)
 
 
 def hand_back_message(lane: Lane, job_id: str) -> None:

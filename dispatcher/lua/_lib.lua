@@ -65,7 +65,8 @@ local function hnum(hash, field, default)
   return default
 end
 
--- A job record is {k = fairness key, c = estimated cost, s = state}; the
+-- A job record is {k = fairness key, c = estimated cost, s = state, t = the
+-- message id's tag for its next release when its submitter chose one}; the
 -- payload (a whole Celery message) sits in its own hash so that state changes
 -- never decode or re-encode it.
 local function load_job(id)
@@ -251,10 +252,15 @@ local function release(now, lease_s, default_window, headroom, limit)
         end
         redis.call('ZADD', INFLIGHT, fmt(now + lease_s), id)
         redis.call('HINCRBY', INFLIGHT_N, k, 1)
+        -- The tag its submitter announced (a task-sent event for Flower) on
+        -- the first release of a message, then the clock's: a message id
+        -- is never pushed twice.
+        local job_tag = job.t or tag
         job.s = 'released'
         job.r = nil
+        job.t = nil
         save_job(id, job)
-        local message = string.gsub(redis.call('HGET', PAYLOAD, id), RELEASE_TAG, tag)
+        local message = string.gsub(redis.call('HGET', PAYLOAD, id), RELEASE_TAG, job_tag)
         if QUEUE then redis.call('LPUSH', QUEUE, message) end
         out[#out + 1] = id
         out[#out + 1] = message
@@ -266,15 +272,16 @@ local function release(now, lease_s, default_window, headroom, limit)
   return out
 end
 
--- submit(job_id, key, cost, payload, weight, cap, rate, due, now, delay): see submit.lua.
+-- submit(job_id, key, cost, payload, weight, cap, rate, due, now, delay, tag): see submit.lua.
 local function submit(a, now)
   local id, k, cost, payload = a[1], a[2], tonumber(a[3]), a[4]
+  local first_tag = a[11] ~= '' and a[11] or nil
   local new_weight, new_cap, new_rate = a[5], a[6], a[7]
   local due = due_time(a[8], a[10], now)
   local delayed = due and due > now
 
   -- Known in any state: nothing changes (one command, which also records the job).
-  if redis.call('HSETNX', JOBS, id, cjson.encode({k = k, c = cost, s = delayed and 'delayed' or 'held'})) == 0 then
+  if redis.call('HSETNX', JOBS, id, cjson.encode({k = k, c = cost, s = delayed and 'delayed' or 'held', t = first_tag})) == 0 then
     return 0
   end
 

@@ -1,4 +1,4 @@
--- requeue(job_id, actual_cost, due, now, payload, delay) -> 1 | 0
+-- requeue(job_id, actual_cost, due, now, payload, delay, tag) -> 1 | 0
 -- A job in flight goes back to the front of its backlog: a worker shutting
 -- down handed it back, or a transient error sends it round again after a
 -- backoff (`due`, empty for at once). Its key pays for what the attempt
@@ -7,13 +7,17 @@
 -- neither jumps the queue nor loses its place. A delayed retry keeps its
 -- front place: when due it rejoins the head of its backlog, not the tail.
 -- A non-empty payload replaces the job's message (a retry may carry new
--- options, e.g. time limits from a better estimate). Does not release.
+-- options, e.g. time limits from a better estimate), released first under
+-- `tag` when one is given (as submit's). Does not release.
 local id, actual, now = ARGV[1], tonumber(ARGV[2]) or 0, clock(ARGV[4])
 local due = due_time(ARGV[3], ARGV[6], now)
 local payload = ARGV[5]
 local job = load_job(id)
 if not job or (job.s ~= 'released' and job.s ~= 'running') then return 0 end
-if payload and payload ~= '' then redis.call('HSET', PAYLOAD, id, payload) end
+if payload and payload ~= '' then
+  redis.call('HSET', PAYLOAD, id, payload)
+  job.t = ARGV[7] ~= '' and ARGV[7] or nil
+end
 adjust_vt(job.k, (actual - job.c) / weight(job.k))
 leave_flight(id, job)
 if due and due > now then

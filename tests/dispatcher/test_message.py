@@ -50,7 +50,7 @@ def _sent(app: Celery, redis_client, queue: str, task_name: str, args: list, tas
 ])
 def test_a_built_message_is_what_send_task_pushes(app, redis_client, task_name, args, options):
     headers = {"fairlane_lane": "some-lane"}
-    queue, stored = build(app, task_name, args, job_id="job-1", headers=headers, options=options)
+    queue, stored, _ = build(app, task_name, args, job_id="job-1", headers=headers, options=options)
     built = json.loads(stored.replace(RELEASE_TAG, TAG))
 
     assert queue == PIN_QUEUE
@@ -62,7 +62,7 @@ def test_a_built_message_is_what_send_task_pushes(app, redis_client, task_name, 
 
 
 def test_the_release_tag_appears_only_where_the_message_id_goes(app):
-    _, stored = build(app, "bench.cpu.spin", ["job-1", "~release", "release~"], job_id="job-1", headers={},
+    _, stored, _ = build(app, "bench.cpu.spin", ["job-1", "~release", "release~"], job_id="job-1", headers={},
                       options={})
     message = json.loads(stored)
     assert stored.count(RELEASE_TAG) == 4

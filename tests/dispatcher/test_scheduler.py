@@ -7,6 +7,7 @@ import pytest
 import redis
 
 from dispatcher import NO_RATE_LIMIT, FairScheduler
+from dispatcher.message import RELEASE_TAG
 
 LANE = "test-lane"  # not a real lane: live workers of other tests must not touch it
 
@@ -325,3 +326,35 @@ def test_values_that_are_not_finite_numbers_are_refused_and_hold_nothing(sched, 
     with pytest.raises(ValueError):
         sched.submit("j", "u", **settings)
     assert sched.release() == []
+
+
+def test_a_submitters_tag_names_the_first_release_only(sched):
+    """Flower is told a held job's message id before the message exists
+    (dispatcher/monitor.py), so the first release must use the submitter's
+    tag; every later release of the same job (a reaped lease, a revoked
+    message handed back) must use a new id, or Celery would drop it as revoked."""
+    payload = f"id=job@{RELEASE_TAG}"
+    assert sched.submit("job", "k", payload=payload, tag="s1", now=0)
+    assert sched.pending_tags(["job", "unknown"]) == [("s1", "k"), None]
+    assert sched.release(now=0) == [("job", "id=job@s1")]
+    assert sched.pending_tags(["job"]) == [None]
+
+    assert sched.reap(now=sched.release_lease_s + 1) == ["job"]
+    [(_, again)] = sched.release(now=sched.release_lease_s + 2)
+    assert again.startswith("id=job@") and again != "id=job@s1"
+
+    # A hand-back with a new message and tag: released under that tag, once.
+    assert sched.requeue("job", payload=payload, tag="s2", now=sched.release_lease_s + 3)
+    assert sched.pending_tags(["job"]) == [("s2", "k")]
+    assert sched.release(now=sched.release_lease_s + 4) == [("job", "id=job@s2")]
+    # Without one, the release's own tag.
+    assert sched.requeue("job", now=sched.release_lease_s + 5)
+    [(_, third)] = sched.release(now=sched.release_lease_s + 6)
+    assert third not in ("id=job@s1", "id=job@s2", again)
+
+
+def test_a_job_submitted_without_a_tag_is_released_under_the_clocks(sched):
+    assert sched.submit("plain", "k", payload=f"id=plain@{RELEASE_TAG}", now=0)
+    assert sched.pending_tags(["plain"]) == [None]
+    [(_, message)] = sched.release(now=12.5)
+    assert message == "id=plain@12500000"

@@ -65,6 +65,7 @@ class Job:
     payload: str
     handed_back: bool = False  # job.r
     front: bool = False  # job.f
+    tag: str | None = None  # job.t: the submitter's tag for the next release's message id
 
 
 @dataclass
@@ -210,7 +211,8 @@ class Model:
             self.inflight[job_id] = now + self.release_lease_s
             self.inflight_n[key] = self.inflight_n.get(key, 0) + 1
             job.state, job.handed_back = "released", False
-            self.pushed.append((job_id, job.payload.replace(RELEASE_TAG, tag)))
+            self.pushed.append((job_id, job.payload.replace(RELEASE_TAG, job.tag or tag)))
+            job.tag = None
             out.append(job_id)
             room -= 1
         return out
@@ -219,7 +221,7 @@ class Model:
 
     def submit(self, job_id: str, key: str, cost: float, payload: str, due: float | None, now: float,
                weight: float | None = None, cap: int | None = None,
-               rate: tuple[float, float] | None = None) -> bool:
+               rate: tuple[float, float] | None = None, tag: str = "") -> bool:
         if job_id in self.jobs:
             return False
         policy = (weight, cap, rate)
@@ -227,10 +229,10 @@ class Model:
             self.policy[key] = policy
             self.apply_policy(key, weight, cap, rate)
         if due is not None and due > now:
-            self.jobs[job_id] = Job(key, cost, "delayed", payload)
+            self.jobs[job_id] = Job(key, cost, "delayed", payload, tag=tag or None)
             self.delayed[job_id] = due
         else:
-            self.jobs[job_id] = Job(key, cost, "held", payload)
+            self.jobs[job_id] = Job(key, cost, "held", payload, tag=tag or None)
             self.backlog(key).append(job_id)
             self.activate(key)
         return True
@@ -286,12 +288,13 @@ class Model:
             del self.jobs[job_id]
         return self.release(now)
 
-    def requeue(self, job_id: str, actual: float, due: float | None, now: float, payload: str) -> bool:
+    def requeue(self, job_id: str, actual: float, due: float | None, now: float, payload: str,
+                tag: str = "") -> bool:
         job = self.jobs.get(job_id)
         if job is None or job.state not in ("released", "running"):
             return False
         if payload:
-            job.payload = payload
+            job.payload, job.tag = payload, tag or None
         self.adjust_vt(job.key, (actual - job.cost) / self.weight.get(job.key, 1.0))
         self.leave_flight(job_id)
         if due is not None and due > now:
@@ -337,6 +340,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert client.keys("{fair:prop}*") == []
         self.model = Model(self.sched.release_lease_s, self.sched.run_lease_s)
         self.now = START_TIME
+        self.tags = 0
         self.last_v = 0.0
 
     def check_released(self, released: list[tuple[str, str]], expected: list[str], *, window: int,
@@ -363,14 +367,21 @@ class SchedulerMachine(RuleBasedStateMachine):
     # Rules --------------------------------------------------------------------
 
     @rule(job_id=JOB_IDS, key=st.sampled_from(KEYS), cost=st.sampled_from([0.5, 1.0, 4.0]),
-          delay=st.sampled_from([None, 0.0, 5.0, 50.0]), relative=st.booleans())
-    def submit(self, job_id, key, cost, delay, relative):
+          delay=st.sampled_from([None, 0.0, 5.0, 50.0]), relative=st.booleans(), tagged=st.booleans())
+    def submit(self, job_id, key, cost, delay, relative, tagged):
         due = None if delay is None else self.now + delay
         payload = f"payload {job_id} {self.now} {RELEASE_TAG}"
         when = {"delay_s": delay} if relative else {"due": due}
-        accepted = self.sched.submit(job_id, key, cost=cost, payload=payload, now=self.now, **when,
+        tag = self.new_tag() if tagged else ""
+        accepted = self.sched.submit(job_id, key, cost=cost, payload=payload, now=self.now, tag=tag, **when,
                                      **KEY_SETTINGS[key])
-        assert accepted == self.model.submit(job_id, key, cost, payload, due, self.now, **KEY_SETTINGS[key])
+        assert accepted == self.model.submit(job_id, key, cost, payload, due, self.now, tag=tag,
+                                             **KEY_SETTINGS[key])
+
+    def new_tag(self) -> str:
+        """A submitter's tag (message.new_tag's form: never digits only)."""
+        self.tags += 1
+        return f"s{self.tags}"
 
     @rule(key=st.sampled_from(KEYS), n=st.integers(2, 4))
     def submit_burst(self, key, n):
@@ -382,11 +393,12 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @rule(job_id=JOB_IDS, key=st.sampled_from(KEYS), cost=st.sampled_from([0.5, 4.0]))
     def submit_and_release(self, job_id, key, cost):
-        payload = f"payload {job_id} {self.now} {RELEASE_TAG}"
+        payload, tag = f"payload {job_id} {self.now} {RELEASE_TAG}", self.new_tag()
         accepted, released = self.sched.submit_and_release(job_id, key, cost=cost, payload=payload, now=self.now,
-                                                            **KEY_SETTINGS[key])
+                                                            tag=tag, **KEY_SETTINGS[key])
         window, before = self.model.window(self.now), len(self.model.inflight)
-        assert accepted == self.model.submit(job_id, key, cost, payload, None, self.now, **KEY_SETTINGS[key])
+        assert accepted == self.model.submit(job_id, key, cost, payload, None, self.now, tag=tag,
+                                             **KEY_SETTINGS[key])
         self.check_released(released, self.model.release(self.now), window=window, in_flight_before=before)
 
     @rule(limit=st.sampled_from([0, 0, 1]))
@@ -428,10 +440,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         a due time, or as a delay the script adds to its clock), with or
         without a new message."""
         due = None if delay is None else self.now + delay
-        payload = f"retry payload {job_id} {self.now}" if new_payload else ""
+        payload = f"retry payload {job_id} {self.now} {RELEASE_TAG}" if new_payload else ""
+        tag = self.new_tag() if new_payload else ""
         when = {"delay_s": delay} if relative else {"due": due}
-        assert (self.sched.requeue(job_id, actual_cost=actual, payload=payload, now=self.now, **when)
-                == self.model.requeue(job_id, actual, due, self.now, payload))
+        assert (self.sched.requeue(job_id, actual_cost=actual, payload=payload, tag=tag, now=self.now, **when)
+                == self.model.requeue(job_id, actual, due, self.now, payload, tag))
 
     @precondition(lambda self: self.model.inflight)
     @rule(data=st.data(), actual=st.sampled_from([0.0, 8.0]), delay=st.sampled_from([None, 5.0]))
@@ -485,7 +498,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         records = {text(i): json.loads(raw) for i, raw in jobs.items()}
         assert records == {
             i: {"k": j.key, "c": j.cost, "s": j.state, **({"r": 1} if j.handed_back else {}),
-                **({"f": 1} if j.front else {})}
+                **({"f": 1} if j.front else {}), **({"t": j.tag} if j.tag else {})}
             for i, j in m.jobs.items()
         }
         assert {text(i): text(body) for i, body in payloads.items()} == {i: j.payload for i, j in m.jobs.items()}

@@ -11,12 +11,15 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 from django_celery_results.models import TaskResult
 
 from tests.media import make_video
+from tests.promise import wait_for
 from uploads.models import Job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -93,6 +96,9 @@ def test_flower_needs_its_password_and_shows_both_lanes_and_readable_tasks(flowe
     # The message's own id names the job (each run of a job gets a new one), args are readable.
     assert run["uuid"].startswith(f"{job_id}@") and run["args"] == f"['{job_id}']"
     assert run["state"] == "SUCCESS"
+    # Announced when the dispatcher took it (task-sent), under the id it then
+    # ran as: one entry from held to done, no PENDING left behind.
+    assert run["sent"] is not None and [t["name"] for t in ours].count("transcoding.job_run") == 1
     job = Job.objects.get(id=job_id)
     assert job.status == "succeeded" and job.task_id == run["uuid"]  # the admin links the same message
 
@@ -113,6 +119,29 @@ def test_flower_shows_a_failed_job_as_failed_and_the_job_is_not_run_again(flower
     assert job.attempts == 1 and list(job.attempt_log.values_list("outcome", flat=True)) == ["failed"]
     result = TaskResult.objects.get(task_id=run["uuid"])
     assert result.status == "FAILURE" and result.task_name == "transcoding.job_run"
+
+
+def test_flower_lists_a_held_job_as_pending_with_its_owner_until_it_is_canceled(flower, make_user, api_client_for,
+                                                                                 tmp_path):
+    client = api_client_for(make_user("patient"))
+    later = (timezone.now() + timedelta(hours=1)).isoformat()
+    with open(make_video(tmp_path / "later.mp4", seconds=1), "rb") as fh:
+        resp = client.post("/api/uploads/", {"file": fh, "scheduled_for": later}, format="multipart")
+    assert resp.status_code == 202, resp.content
+    job_id = resp.json()["uploads"][0]["job"]["id"]
+
+    def entry(**expected):
+        tasks = get(f"{flower}/api/tasks", auth=AUTH)[1] or {}
+        return next((t for t in tasks.values() if t["uuid"].startswith(f"{job_id}@")
+                     and all(v in str(t.get(k)) for k, v in expected.items())), None)
+
+    held = wait_for(lambda: entry(kwargs="'owner': 'patient'"), 30, "the held job in Flower")
+    assert held["state"] == "PENDING" and held["name"] == "transcoding.job_run" and held["args"] == f"['{job_id}']"
+    assert Job.objects.get(id=job_id).status == "queued"  # held by the dispatcher until its time
+
+    assert client.post(f"/api/jobs/{job_id}/cancel/").status_code == 200
+    canceled = wait_for(lambda: entry(kwargs="'canceled': True"), 30, "the canceled job in Flower")
+    assert canceled["uuid"] == held["uuid"]
 
 
 def upload(client, path: Path) -> str:
