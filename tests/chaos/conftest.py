@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from bench.harness import Worker, _free_port
+from bench.harness import Worker
+from bench.ports import free_port
 from tests.workers import test_database_url
 
 # Short leases and intervals so that each scenario recovers in seconds; the
@@ -72,7 +73,7 @@ class Cluster:
 
     def start_web(self, **extra: str) -> str:
         """gunicorn, as the Procfile runs it, on a free port."""
-        port = _free_port()
+        port = free_port()
         self.web = subprocess.Popen(
             [str(Path(sys.executable).parent / "gunicorn"), "project.wsgi", "-b", f"127.0.0.1:{port}", "-w", "1",
              "--graceful-timeout", "5", "--logger-class", "project.weblog.AccessLogger"],

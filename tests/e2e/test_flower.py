@@ -6,7 +6,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 from django_celery_results.models import TaskResult
 
+from bench.ports import free_port
 from tests.media import make_video
 from uploads.models import Job
 
@@ -39,9 +39,7 @@ def get(url: str, auth: tuple[str, str] | None = None, timeout: float = 10) -> t
 
 @pytest.fixture
 def flower(workers, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "FLOWER_BASIC_AUTH": ":".join(AUTH), "FLOWER_PORT": str(port),
            "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"}
     log = open(tmp_path / "flower.log", "wb")

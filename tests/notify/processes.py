@@ -13,10 +13,10 @@ from pathlib import Path
 from celery import Celery
 
 from bench.harness import Worker
-from bench.harness import _free_port as free_port
+from bench.ports import free_port
 from tests.workers import test_database_url
 
-__all__ = ("IoWorker", "free_port", "private_redis")
+__all__ = ("IoWorker", "private_redis")
 
 
 class IoWorker(Worker):

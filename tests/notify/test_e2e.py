@@ -14,9 +14,10 @@ import pytest
 import redis
 from standardwebhooks import Webhook
 
+from bench.ports import free_port
 from notify import services
 from notify.models import Delivery
-from tests.notify.processes import IoWorker, free_port, private_redis
+from tests.notify.processes import IoWorker, private_redis
 from tests.notify.receiver import Answer, Receiver
 from uploads import services as upload_services
 

@@ -80,9 +80,9 @@ def test_django_logs_mask_output_link_tokens(client):
 def test_gunicorn_as_the_procfile_runs_it_masks_output_link_tokens(tmp_path):
     web = next(line for line in (ROOT / "Procfile").read_text().splitlines() if line.startswith("web:"))
     assert "--logger-class project.weblog.AccessLogger" in web
-    from tests.services_plugin import _free_port
+    from bench.ports import free_port
 
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "web.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
