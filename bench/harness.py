@@ -9,21 +9,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.ports import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Environment:
@@ -41,7 +36,7 @@ class Environment:
         else:
             from project import embedded_redis
 
-            port = _free_port()
+            port = free_port()
             self.redis_proc = embedded_redis.spawn(self.var / "redis", port, persist=False)
             os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
         subprocess.run([str(BIN / "python"), "manage.py", "migrate", "-v0"], cwd=ROOT, check=True)

@@ -37,7 +37,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from bench.fairness import pct
-from bench.harness import BIN, ROOT, Worker, _free_port
+from bench.harness import BIN, ROOT, Worker
+from bench.ports import free_port
 from project import plans
 
 RESULTS = ROOT / "bench" / "results"
@@ -77,7 +78,7 @@ class Setup:
         self.var = Path(tempfile.mkdtemp(prefix="fairlane-bench-notify-"))
         os.environ.update(FAIRLANE_VAR_DIR=str(self.var), DJANGO_SETTINGS_MODULE="project.settings",
                           FAIRLANE_WEBHOOK_ALLOW_LOOPBACK="1", LOG_LEVEL="WARNING")
-        port = _free_port()
+        port = free_port()
         self.redis_proc = embedded_redis.spawn(self.var / "redis", port, persist=False)
         os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
         self.db_name, url = scratch_database()

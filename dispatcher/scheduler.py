@@ -31,7 +31,7 @@ _LUA_DIR = Path(__file__).with_name("lua")
 # prepended to each, because EVALSHA scripts cannot import one another.
 _SCRIPT_NAMES = (
     "submit", "submit_release", "release", "start", "heartbeat", "finish",
-    "requeue", "reap", "cancel", "register_worker", "snapshot",
+    "requeue", "reap", "cancel", "register_worker", "unregister_worker", "snapshot",
 )
 _PRELUDE = (_LUA_DIR / "_lib.lua").read_text()
 _SOURCES = {name: _PRELUDE + "\n" + (_LUA_DIR / f"{name}.lua").read_text() for name in _SCRIPT_NAMES}
@@ -271,11 +271,26 @@ class FairScheduler:
         return bool(self._run("cancel", job_id))
 
     def register_worker(
-        self, name: str, slots: int, *, ttl_s: float = 60, now: float | None = None,
-    ) -> None:
+        self, name: str, slots: int, *, ttl_s: float = 60, now: float | None = None, token: str = "",
+        replaces: str = "",
+    ) -> bool:
         """Count `slots` of worker `name` in the window for `ttl_s` (by Redis's
-        clock); call again to renew."""
-        self._run("register_worker", name, slots, ttl_s, _now(now))
+        clock); call again to renew. `token` names the process (the worker
+        passes pid@host/start time): while the name's registration is live,
+        only the token that made it may renew it. Returns False, counting
+        nothing, when another live process holds the name (two workers
+        started with the same node name); the clash shows in
+        snapshot()["worker_clashes"] until ttl_s after the refused try.
+        `replaces`: the holder's token, when the caller knows that process
+        is gone (a worker restarted after a crash takes its name over). An
+        empty token is never refused (tests, benchmarks)."""
+        return bool(self._run("register_worker", name, slots, ttl_s, _now(now), token, replaces))
+
+    def worker_token(self, name: str) -> str | None:
+        """The token of the process that holds worker `name`'s registration
+        (None: no registration, or one made without a token)."""
+        token = self._client.hget(self.prefix + "worker_token", name)
+        return None if token is None else _text(token)
 
     def live_workers(self, *, now: float | None = None) -> dict[str, tuple[int, float]]:
         """Registered workers whose registration has not expired: name ->
@@ -287,17 +302,18 @@ class FairScheduler:
             live, slots = pipe.execute()
         return {_text(name): (int(slots.get(name, 0)), expires) for name, expires in live}
 
-    def unregister_worker(self, name: str) -> None:
-        """Stop counting a worker's slots (clean shutdown)."""
-        with self._client.pipeline(transaction=True) as pipe:
-            pipe.zrem(self.prefix + "workers", name)
-            pipe.hdel(self.prefix + "slots", name)
-            pipe.execute()
+    def unregister_worker(self, name: str, *, token: str = "") -> bool:
+        """Stop counting a worker's slots (clean shutdown). With a `token`,
+        only the registration that token holds: False, changing nothing
+        else, when it is another process's (see register_worker)."""
+        return bool(self._run("unregister_worker", name, token))
 
     def snapshot(self, *, now: float | None = None) -> dict[str, Any]:
         """A consistent view for the admin and metrics (not the hot path).
 
         {"keys": {key: {state, backlog, in_flight, weight, cap, vt}},
+         "worker_clashes": {name: {registered, refused}} (tokens of the two
+                           live processes that claim one worker name),
          "totals": {active_keys, capped_keys, throttled_keys, held,
                     in_flight, delayed, window, V}}
         """

@@ -13,9 +13,11 @@
   trip per job; a reporter thread instead would have to win the GIL from
   the next task, which a CPU-bound Python task holds for 5 ms at a time.
 - worker_ready: register this worker's slots for the lanes it consumes (the
-  scheduler's window is the live slots plus headroom), run the reconcilers
-  (rebuild held state from the database), and start the ticker thread that
-  reaps expired leases and releases delayed and throttled jobs.
+  scheduler's window is the live slots plus headroom; refused, and logged
+  as an ERROR, while another live process holds the same node name), run
+  the reconcilers (rebuild held state from the database), and start the
+  ticker thread that reaps expired leases and releases delayed and
+  throttled jobs.
 - worker_shutdown: unregister, so the window shrinks at once.
 - task_failure with WorkerLostError / TimeLimitExceeded (the prefork main
   process, when a child died or was killed at its hard limit): hand the job
@@ -73,6 +75,8 @@ _running_lock = threading.Lock()
 _threads_started = threading.Event()
 _threads_lock = threading.Lock()
 _worker_lanes: list[tuple[str, Lane, int]] = []  # (worker name, lane, slots)
+_loaded_at = time.time()  # about when this process started: with the pid, no later process's token
+_refused: set[Lane] = set()  # lanes where another live process holds this worker's name
 _stop = threading.Event()
 _draining = threading.Event()  # SIGTERM received: no re-registration, no new jobs
 # A job's start is reported to the scheduler only once it has run this long:
@@ -230,8 +234,9 @@ def _drain() -> None:
 
     for name, lane, _ in _worker_lanes:
         try:
-            set_draining(name, True)
-            scheduler(lane).unregister_worker(name)
+            if not _refused:  # the flag is by name: with a clash it would stop the other process too
+                set_draining(name, True)
+            scheduler(lane).unregister_worker(name, token=_instance())
         except Exception:
             log.exception("could not mark %s as draining", name)
     deadline = time.monotonic() + settings.FAIRLANE_SHUTDOWN_GRACE_S
@@ -284,11 +289,67 @@ def _own_processes() -> list[int]:
     return pids
 
 
+def _instance() -> str:
+    """This worker's instance token, pid@host/start time (the main process's):
+    it tells this process apart from another live worker started with the
+    same node name, whose registration the scheduler then refuses to share."""
+    return f"{os.getpid()}@{settings.FAIRLANE_HOST_ID}/{_loaded_at:.0f}"
+
+
+def _gone_from_this_host(token: str) -> bool:
+    """Whether the instance `token` names a process of this host that is no
+    longer running."""
+    pid, _, rest = token.partition("@")
+    if rest.rpartition("/")[0] != settings.FAIRLANE_HOST_ID or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # someone else's process: running
+        return False
+    return False
+
+
+def _register(name: str, lane: Lane, slots: int) -> bool:
+    """Renew this worker's registration in `lane`; False when another live
+    process holds its name. A worker restarted after a crash (SIGKILL, OOM)
+    finds its predecessor's registration still live until it expires: when
+    that process was on this host and is gone, the name is taken over."""
+    sched, ttl_s = scheduler(lane), settings.FAIR_WORKER_TTL_S
+    if sched.register_worker(name, slots, ttl_s=ttl_s, token=_instance()):
+        return True
+    holder = sched.worker_token(name)
+    if holder and _gone_from_this_host(holder):
+        log.info("worker name %s: took over the registration of %s, which is gone", name, holder)
+        return sched.register_worker(name, slots, ttl_s=ttl_s, token=_instance(), replaces=holder)
+    return False
+
+
 def _register_workers() -> None:
     """Renew this worker's slots in each lane's window and its host's list of
-    live processes (dispatcher/hosts.py), both on Redis's clock."""
+    live processes (dispatcher/hosts.py), both on Redis's clock. A lane where
+    another live process holds this worker's name (two workers started with
+    the same node name) refuses the registration: this worker's slots are not
+    counted, which is logged as an ERROR once per clash; the host's list and
+    the draining flag, kept by worker name, are left to the other process."""
+    clashed = bool(_refused)
     for name, lane, slots in _worker_lanes:
-        scheduler(lane).register_worker(name, slots, ttl_s=settings.FAIR_WORKER_TTL_S)
+        if _register(name, lane, slots):
+            if lane in _refused:
+                _refused.discard(lane)
+                log.warning("worker name %s is this process's (%s) in lane %s now: its %d slots count",
+                            name, _instance(), lane.value, slots)
+        elif lane not in _refused:
+            _refused.add(lane)
+            log.error("worker name %s is already taken in lane %s by another live process (%s): this one (%s) "
+                      "is not counted and does not drain by that name; give each worker a name of its own (-n)",
+                      name, lane.value, scheduler(lane).worker_token(name), _instance())
+    if _refused:
+        return
+    if clashed:  # the name is this process's now: a flag left by the other process is not this one's
+        for name, _, _ in _worker_lanes:
+            set_draining(name, False)
     register_host(settings.FAIRLANE_HOST_ID, _worker_lanes[0][0], _own_processes(), ttl_s=settings.FAIR_WORKER_TTL_S)
 
 
@@ -326,9 +387,10 @@ def _on_worker_ready(sender, **kwargs) -> None:
             _worker_lanes.append((sender.hostname, lane, int(controller.concurrency)))
     if not _worker_lanes:
         return
-    for name, _, _ in _worker_lanes:
-        set_draining(name, False)  # the same name may have stopped before
     _register_workers()
+    if not _refused:  # the name is this process's
+        for name, _, _ in _worker_lanes:
+            set_draining(name, False)  # the same name may have stopped before
     reconcile()
     release_all()
     threading.Thread(target=_ticker_loop, name="fair-ticker", daemon=True).start()
@@ -339,8 +401,9 @@ def _on_worker_shutdown(**kwargs) -> None:
     _stop.set()
     for name, lane, _ in _worker_lanes:
         try:
-            scheduler(lane).unregister_worker(name)
-            unregister_worker_of_host(settings.FAIRLANE_HOST_ID, name)
+            scheduler(lane).unregister_worker(name, token=_instance())
+            if not _refused:
+                unregister_worker_of_host(settings.FAIRLANE_HOST_ID, name)
         except Exception:
             log.exception("could not unregister %s from %s", name, lane)
 

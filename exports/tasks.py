@@ -4,7 +4,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from exports import services
-from uploads.attempts import JobFailed, delivery_result
+from uploads.attempts import JobFailed
 
 
 @shared_task(name="exports.job_run", bind=True, throws=(JobFailed,))
@@ -12,7 +12,5 @@ def job_run(self, job_id: str) -> str | None:
     # Returns dispatcher.HANDED_BACK when the job is owed another run; raises
     # JobFailed when this delivery failed the job, so Flower shows FAILURE.
     soft_limit = (self.request.timelimit or (None, None))[1]
-    task_id = self.request.id or ""
-    result = services.job_export(job_id=job_id, hostname=self.request.hostname or "", soft_limit_s=soft_limit,
-                                 task_id=task_id)
-    return delivery_result(job_id=job_id, task_id=task_id, result=result)
+    return services.job_export(job_id=job_id, hostname=self.request.hostname or "", soft_limit_s=soft_limit,
+                             task_id=self.request.id or "")

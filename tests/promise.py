@@ -56,17 +56,27 @@ def db_retrying(fn, timeout: float = 30.0):
             time.sleep(0.3)
 
 
-def wait_for(predicate, timeout: float, what, every: float = 0.1):
-    """Poll `predicate` until it returns something true (and return that).
-    `what` names what is awaited in the failure, or is a function that
-    describes the state at that moment."""
+def wait_for(predicate, timeout: float, what, every: float = 0.1, *,
+             ignoring: tuple[type[BaseException], ...] = ()):
+    """Poll `predicate` every `every` seconds until it returns something true
+    (and return that); the suite's one polling loop, so that no test keeps a
+    deadline of its own. `what` names what is awaited in the failure, or is
+    a function that describes the state at that moment. Exceptions of the
+    `ignoring` types mean "not yet" (a server that does not listen yet); any
+    other, an AssertionError of the predicate's own say (a process that
+    died), ends the wait at once. The predicate is tried once more when the
+    time is up, so a slow last sleep does not fail a wait that succeeded."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = db_retrying(predicate)
+    while True:
+        try:
+            value = db_retrying(predicate)
+        except ignoring:
+            value = None
         if value:
             return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
 
 
 def running_job(job_ids: list[str], *, min_progress: int = 1) -> Job | None:

@@ -10,17 +10,12 @@ from __future__ import annotations
 
 import atexit
 import os
-import socket
 import tempfile
 from pathlib import Path
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from bench.ports import free_port, free_ports
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -63,7 +58,7 @@ def _start_redis() -> None:
     # as `make run` and production do) so that the restart is a real one.
     persist = os.environ.get("FAIRLANE_TEST_REDIS_PERSIST") == "1"
     data_dir = Path(tempfile.mkdtemp(prefix="fairlane-redis-"))
-    port = _free_port()
+    port = free_port()
     EMBEDDED_REDIS.update(proc=embedded_redis.spawn(data_dir, port, persist=persist), data_dir=data_dir, port=port,
                           persist=persist)
     os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
@@ -104,9 +99,7 @@ def seaweedfs_server():
         from project import embedded_seaweedfs
 
         data_dir = Path(tempfile.mkdtemp(prefix="fairlane-s3-"))
-        ports: dict[str, int] = {}
-        while len(set(ports.values())) < len(embedded_seaweedfs.PORT_FLAGS):
-            ports = {flag: _free_port() for flag in embedded_seaweedfs.PORT_FLAGS}
+        ports = dict(zip(embedded_seaweedfs.PORT_FLAGS, free_ports(len(embedded_seaweedfs.PORT_FLAGS))))
         server, proc = embedded_seaweedfs.spawn(data_dir, ports)
         SEAWEEDFS.update(server=server, proc=proc)
         atexit.register(lambda: (proc.kill(), proc.wait()))

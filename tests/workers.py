@@ -80,19 +80,19 @@ def wait_settled(*, timeout_s: float) -> bool:
     delivery being sent, nothing in flight in a fair lane. False when that
     did not happen within `timeout_s` (the caller goes on: a test may leave
     work on purpose; a scheduled job, say)."""
-    import time
-
     import dispatcher
     from notify.models import Delivery
     from project.lanes import FAIR_LANES
+    from tests.promise import wait_for
     from uploads.models import Job
 
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        busy = (Job.objects.filter(status=Job.Status.RUNNING).exists()
-                or Delivery.objects.filter(status=Delivery.Status.SENDING).exists()
-                or any(dispatcher.scheduler(lane).snapshot()["totals"]["in_flight"] for lane in FAIR_LANES))
-        if not busy:
-            return True
-        time.sleep(0.2)
-    return False
+    def settled() -> bool:
+        return not (Job.objects.filter(status=Job.Status.RUNNING).exists()
+                    or Delivery.objects.filter(status=Delivery.Status.SENDING).exists()
+                    or any(dispatcher.scheduler(lane).snapshot()["totals"]["in_flight"] for lane in FAIR_LANES))
+
+    try:
+        wait_for(settled, timeout_s, "the workers to settle", every=0.2)
+    except AssertionError:  # timed out: the caller goes on
+        return False
+    return True

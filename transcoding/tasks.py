@@ -4,7 +4,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from transcoding import services
-from uploads.attempts import JobFailed, delivery_result
+from uploads.attempts import JobFailed
 
 
 @shared_task(name="transcoding.job_run", bind=True, throws=(JobFailed,))
@@ -13,7 +13,5 @@ def job_run(self, job_id: str) -> str | None:
     # (dispatcher/worker.py then reports no finish to the scheduler); raises
     # JobFailed when this delivery failed the job, so Flower shows FAILURE.
     soft_limit = (self.request.timelimit or (None, None))[1]
-    task_id = self.request.id or ""
-    result = services.job_transcode(job_id=job_id, hostname=self.request.hostname or "", soft_limit_s=soft_limit,
-                                    task_id=task_id)
-    return delivery_result(job_id=job_id, task_id=task_id, result=result)
+    return services.job_transcode(job_id=job_id, hostname=self.request.hostname or "", soft_limit_s=soft_limit,
+                                task_id=self.request.id or "")

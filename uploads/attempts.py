@@ -48,7 +48,7 @@ from project import metrics
 from project.dbclock import Now, db_now
 from project.lanes import Lane
 from uploads import parts, services
-from uploads.errors import JobError, TransientError
+from uploads.errors import JobError, TransientError, public_message
 from uploads.models import Job, JobAttempt
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,9 @@ FAILED_OUTCOMES = ("retry", "lost")
 
 
 class JobFailed(Exception):
-    """Raised by a job's task after its delivery failed the job (the failure
-    is recorded by then): Celery stores the task as FAILURE, so Flower and
+    """Raised through a job's task (by job_attempt_run) after its delivery
+    failed the job (the failure is recorded by then), with the job's error
+    code and message: Celery stores the task as FAILURE, so Flower and
     the results admin say what happened to the job. It is a report, not a
     crash: the tasks declare it in `throws` (logged without a traceback),
     the message is acknowledged (acks_late acknowledges failures), the
@@ -72,15 +73,12 @@ class JobFailed(Exception):
     WorkerLostError and TimeLimitExceeded)."""
 
 
-def delivery_result(*, job_id: str, task_id: str, result: str | None) -> str | None:
-    """What a job's task returns for a delivery that ran: `result`, unless
-    this delivery failed the job, which raises JobFailed with the job's
-    error code and message."""
-    if result is None and task_id:
-        failed = JobAttempt.objects.filter(job_id=job_id, task_id=task_id[:64], outcome=Job.Status.FAILED).first()
-        if failed is not None:
-            raise JobFailed(f"{failed.error_code}: {failed.error_message}")
-    return result
+def _fail(job_id: str, number: int, *, code: str, message: str) -> None:
+    """Fail the job from its running attempt `number`. Raises JobFailed when
+    that took effect, with the code and message as job_fail stores them;
+    returns when the attempt no longer owned the job (nothing changed)."""
+    if services.job_fail(job_id=job_id, code=code, message=message, attempt=number):
+        raise JobFailed(f"{code[:64]}: {public_message(message)}")
 
 
 class AttemptLost(Exception):
@@ -159,14 +157,14 @@ def _requeue_or_give_up(job: Job, number: int, *, outcome: str, code: str, messa
                         exhausted_code: str | None = None, delay_s: float | None = None) -> bool:
     """End attempt `number` as `outcome` and queue the job again after a
     backoff; or, when it has used up FAIRLANE_MAX_ATTEMPTS, fail it with the
-    last error. Returns True when the job was queued again. Only the job's
-    current attempt can do either (the attempt number fences)."""
+    last error. Returns True when the job was queued again; raises JobFailed
+    when it failed the job. Only the job's current attempt can do either
+    (the attempt number fences)."""
     job_id = str(job.id)
     failures = _this_budget(job).filter(outcome__in=FAILED_OUTCOMES).count() + 1
     if failures >= settings.FAIRLANE_MAX_ATTEMPTS:
-        services.job_fail(job_id=job_id, code=exhausted_code or code, attempt=number,
-                          message=f"{message} Gave up after {failures} attempts.")
         log.warning("job %s failed for good after %d attempts: %s", job_id, failures, code)
+        _fail(job_id, number, code=exhausted_code or code, message=f"{message} Gave up after {failures} attempts.")
         return False
     delay = retry_delay_s(failures) if delay_s is None else delay_s
     return _requeue(job, number, outcome=outcome, code=code, message=message, delay_s=delay)
@@ -190,11 +188,17 @@ def _requeue(job: Job, number: int, *, outcome: str, code: str = "", message: st
     return True
 
 
-def _still_owed_a_run(job_id: str) -> str | None:
+def _still_owed_a_run(job_id: str, task_id: str) -> str | None:
     """After this delivery let go of a job: HANDED_BACK when the job is queued
     or running elsewhere (the scheduler still owes it a run, so this delivery
-    must not report a finish), None when it is over (canceled, finished)."""
-    job = Job.objects.filter(id=job_id).only(*services.JOB_FIELDS_FOR_DISPATCH, "status").first()
+    must not report a finish), None when it is over (canceled, finished).
+    Raises JobFailed when the job failed on this delivery's message's run:
+    the lease sweep gave up on it while this delivery stalled, or this is a
+    second delivery of the message whose run failed it."""
+    job = Job.objects.filter(id=job_id).only(*services.JOB_FIELDS_FOR_DISPATCH, "status", "task_id", "error_code",
+                                             "error_message").first()
+    if job is not None and job.status == Job.Status.FAILED and job.task_id == task_id[:64]:
+        raise JobFailed(f"{job.error_code}: {job.error_message}")
     if job is not None and job.status == Job.Status.QUEUED:
         # Queued again while this delivery had it (canceled and retried while
         # it ran, or handed back by a stopping worker): the dispatcher may
@@ -207,12 +211,12 @@ def _still_owed_a_run(job_id: str) -> str | None:
         else None
 
 
-def _dropped(job_id: str) -> str | None:
+def _dropped(job_id: str, task_id: str) -> str | None:
     """A delivery of a job that is running elsewhere or already over: Celery
     delivers at least once, so this is expected now and then; it is logged
     (services.job_start) and counted, and the message is acknowledged."""
     metrics.count_event(lane=Lane.CPU_TRANSCODE, event="duplicate_delivery")
-    return _still_owed_a_run(job_id)
+    return _still_owed_a_run(job_id, task_id)
 
 
 def job_attempt_run(*, job_id: str, hostname: str, soft_limit_s: float | None, work: Work,
@@ -221,7 +225,18 @@ def job_attempt_run(*, job_id: str, hostname: str, soft_limit_s: float | None, w
     publish or fail or retry. `task_id`: the delivering message's own id
     (recorded with the attempt). Returns dispatcher.HANDED_BACK when the job
     is owed another run (the caller's task returns it, see dispatcher/worker),
-    else None."""
+    else None; raises JobFailed when this delivery failed the job, so that
+    its task reports FAILURE. Called without a task_id (not a Celery
+    delivery: tests, tools), a failure returns None like any other end."""
+    try:
+        return _deliver(job_id, hostname, soft_limit_s, work, task_id)
+    except JobFailed:
+        if task_id:
+            raise
+        return None
+
+
+def _deliver(job_id: str, hostname: str, soft_limit_s: float | None, work: Work, task_id: str) -> str | None:
     if hostname and dispatcher.is_draining(hostname):
         job = Job.objects.filter(id=job_id, status=Job.Status.QUEUED).first()
         if job is not None:
@@ -230,20 +245,20 @@ def job_attempt_run(*, job_id: str, hostname: str, soft_limit_s: float | None, w
             return dispatcher.HANDED_BACK
     job = services.job_start(job_id=job_id, task_id=task_id)
     if job is None:
-        return _dropped(job_id)
+        return _dropped(job_id, task_id)
     attempt = Attempt(job=job, number=job.attempts)
     done = threading.Event()
     keeper = threading.Thread(target=_lease_keeper, args=(job_id, attempt.number, attempt._lost, done),
                               name=f"lease-{job_id}", daemon=True)
     keeper.start()
     try:
-        return _run(job, attempt, soft_limit_s, work)
+        return _run(job, attempt, soft_limit_s, work, task_id)
     finally:
         done.set()
         keeper.join(timeout=5)
 
 
-def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work) -> str | None:
+def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work, task_id: str) -> str | None:
     job_id, number = str(job.id), attempt.number
     published = False
     try:
@@ -253,14 +268,16 @@ def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work) -> 
         published = services.job_succeed(job_id=job_id, outputs=outputs, attempt=number)
         if not published:
             log.info("job %s attempt %d finished but no longer owns the job; outputs discarded", job_id, number)
-            return _still_owed_a_run(job_id)
+            return _still_owed_a_run(job_id, task_id)
         return None
+    except JobFailed:
+        raise  # this delivery's report of the job's failure (above), not an error of the work
     except AttemptLost:
         log.info("job %s attempt %d stopped: the job is no longer this attempt's", job_id, number)
-        return _still_owed_a_run(job_id)
+        return _still_owed_a_run(job_id, task_id)
     except JobError as exc:
         log.info("job %s failed: %s: %s", job_id, exc.code, exc.message)
-        services.job_fail(job_id=job_id, code=exc.code, message=exc.message, attempt=number)
+        _fail(job_id, number, code=exc.code, message=exc.message)
         return None
     except SoftTimeLimitExceeded:
         return _on_soft_time_limit(job_id, number, soft_limit_s)
@@ -275,8 +292,8 @@ def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work) -> 
         # A bug, not the user's file: fail the job so it does not sit in
         # `running` forever, and keep the traceback in the log.
         log.exception("job %s failed with an internal error", job_id)
-        services.job_fail(job_id=job_id, code="internal_error", attempt=number,
-                          message="Processing failed because of an internal error; it has been logged.")
+        _fail(job_id, number, code="internal_error",
+              message="Processing failed because of an internal error; it has been logged.")
         return None
     finally:
         _outputs_tidy(job_id, attempt, published)
@@ -308,7 +325,7 @@ def _on_soft_time_limit(job_id: str, number: int, soft_limit_s: float | None) ->
         if _requeue_or_give_up(job, number, outcome="retry", code="timeout", message=message):
             return dispatcher.HANDED_BACK
         return None
-    services.job_fail(job_id=job_id, code="timeout", message=message, attempt=number)
+    _fail(job_id, number, code="timeout", message=message)
     return None
 
 
@@ -407,7 +424,12 @@ def _abandon(job: Job, reason: str) -> None:
     # lost host or a stall is not the file's doing.
     crashed = reason == "lost" or _this_budget(job).filter(error_code=CRASHED).exists()
     exhausted = "resource_limit" if crashed else CRASHED
-    if not _requeue_or_give_up(job, number, outcome="lost", code=code, message=message, exhausted_code=exhausted):
+    try:
+        requeued = _requeue_or_give_up(job, number, outcome="lost", code=code, message=message,
+                                       exhausted_code=exhausted)
+    except JobFailed:  # failed for good; no delivery here to report it to
+        requeued = False
+    if not requeued:
         dispatcher.finish(services.job_task_name(job), str(job.id))
 
 

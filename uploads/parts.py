@@ -80,7 +80,8 @@ def parts_cancel(*, parent_id: str, message: str) -> list[str]:
     running one stops at its next progress report."""
     canceled = [str(job.id) for job in Job.objects.select_for_update().filter(parent_id=parent_id,
                                                                                 status__in=UNFINISHED)
-                if services._finish(str(job.id), Job.Status.CANCELED, error_code="canceled", error_message=message)]
+                if services.job_finish(job_id=str(job.id), status=Job.Status.CANCELED, error_code="canceled",
+                                       error_message=message)]
     if canceled:
         dispatcher.after_commit(lambda: dispatcher.cancel(services.TRANSCODE_TASK, canceled))
     return canceled
@@ -111,12 +112,13 @@ def part_finished(*, part: Job, status: str, error_code: str, error_message: str
     parent_id = str(parent.id)
     if status != Job.Status.SUCCEEDED:
         why = error_message or f"A part of the video ({part.part}) was {status}."
-        services._finish(parent_id, Job.Status.FAILED, error_code=error_code or status, error_message=why)
+        services.job_finish(job_id=parent_id, status=Job.Status.FAILED, error_code=error_code or status,
+                            error_message=why)
         log.info("job %s failed because its %s part %s ended %s", parent_id, part.part, part.id, status)
         return
     if part.part == Job.Part.FINALIZE:
         Output.objects.filter(job_id=part.id).update(job_id=parent.id)
-        services._finish(parent_id, Job.Status.SUCCEEDED, progress=100, error_code="", error_message="")
+        services.job_finish(job_id=parent_id, status=Job.Status.SUCCEEDED, progress=100)
         # The finalizer copied the chunks' and the audio's segments into the
         # bundle; their own copies (and outputs) are of no more use.
         done = [str(i) for i in Job.objects.filter(parent_id=parent.id).exclude(id=part.id)

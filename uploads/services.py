@@ -275,7 +275,22 @@ def job_probe_record(*, job_id: str, kind: str, media_info: dict, cost_estimate:
     Job.objects.filter(id=job_id).update(kind=kind, media_info=media_info, cost_estimate=cost_estimate)
 
 
-def _finish(job_id: str, status: str, attempt: int | None = None, **fields) -> bool:
+def job_finish(*, job_id: str, status: str, attempt: int | None = None, error_code: str = "",
+               error_message: str = "", progress: int | None = None) -> bool:
+    """queued/running -> `status` (succeeded, failed or canceled): the one
+    transition that ends a job, for job_succeed, job_fail, jobs_cancel and
+    the parts of a chunked job (uploads/parts.py). Only the running attempt
+    `attempt` may end it when that is given. Call it inside a transaction:
+    with the job it closes the open attempt's log row with the same outcome,
+    moves a part's parent on (parts.part_finished), or cancels a job's
+    unfinished parts and tells its owner after commit (notify_pending is the
+    outbox). `error_code` and `error_message` are stored as given (the
+    callers cut and clean them); `progress` only when given. Returns True
+    when this call ended the job, False when it had ended already or is no
+    longer that attempt's."""
+    fields: dict = {"error_code": error_code, "error_message": error_message}
+    if progress is not None:
+        fields["progress"] = progress
     now = db_now()
     job = Job.objects.filter(id=job_id).only("started_at", "owner_id", "lane", "kind", "wait_ms", "parent_id",
                                              "part", "part_index").first()
@@ -297,12 +312,10 @@ def _finish(job_id: str, status: str, attempt: int | None = None, **fields) -> b
             process_s=None if process_ms is None else process_ms / 1000,
         ))
         JobAttempt.objects.filter(job_id=job_id, finished_at__isnull=True).update(
-            finished_at=now, outcome=status, error_code=fields.get("error_code", ""),
-            error_message=fields.get("error_message", ""),
+            finished_at=now, outcome=status, error_code=error_code, error_message=error_message,
         )
         if is_part:
-            parts.part_finished(part=job, status=status, error_code=fields.get("error_code", ""),
-                                error_message=fields.get("error_message", ""))
+            parts.part_finished(part=job, status=status, error_code=error_code, error_message=error_message)
         else:
             parts.parts_cancel(parent_id=job_id, message=f"The job was {status}.")
             # notify_pending (set above) is this publish's outbox
@@ -330,7 +343,7 @@ def job_succeed(*, job_id: str, outputs: list[OutputFile], attempt: int | None =
                 job_id=job_id, name=out.name, file=out.path, content_type=out.content_type,
                 size=out.size, metadata=out.metadata,
             )
-        return _finish(job_id, Job.Status.SUCCEEDED, attempt, progress=100, error_code="", error_message="")
+        return job_finish(job_id=job_id, status=Job.Status.SUCCEEDED, attempt=attempt, progress=100)
 
 
 def job_fail(*, job_id: str, code: str, message: str, attempt: int | None = None) -> bool:
@@ -338,7 +351,8 @@ def job_fail(*, job_id: str, code: str, message: str, attempt: int | None = None
     the running `attempt` when given). The message is shown to the job's
     owner, so whatever names the server is taken out (the log keeps it)."""
     with transaction.atomic():
-        return _finish(job_id, Job.Status.FAILED, attempt, error_code=code[:64], error_message=public_message(message))
+        return job_finish(job_id=job_id, status=Job.Status.FAILED, attempt=attempt, error_code=code[:64],
+                          error_message=public_message(message))
 
 
 def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
@@ -400,8 +414,8 @@ def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]
     with transaction.atomic():
         for job in Job.objects.select_for_update().filter(
                 id__in=list(job_ids), status__in=[Job.Status.QUEUED, Job.Status.RUNNING]):
-            if _finish(str(job.id), Job.Status.CANCELED, error_code="canceled",
-                       error_message=f"Canceled by {actor}."):
+            if job_finish(job_id=str(job.id), status=Job.Status.CANCELED, error_code="canceled",
+                          error_message=f"Canceled by {actor}."):
                 canceled.append(job)
         by_task: dict[str, list[str]] = {}
         for job in canceled:

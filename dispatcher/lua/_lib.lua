@@ -16,6 +16,10 @@ local DELAYED, INFLIGHT, INFLIGHT_N = P .. 'delayed', P .. 'inflight', P .. 'inf
 local VT, VCLOCK = P .. 'vt', P .. 'V'
 local WEIGHT, CAP, RATE, BUCKET = P .. 'weight', P .. 'cap', P .. 'rate', P .. 'bucket'
 local WORKERS, SLOTS = P .. 'workers', P .. 'slots'
+-- Which process holds each live worker name (its instance token), and the
+-- names another live process tried to register as well: name -> JSON
+-- {token = the refused one, ['until'] = when the record lapses}.
+local TOKENS, CLASHES = P .. 'worker_token', P .. 'worker_clash'
 -- Each key's last applied settings "weight|cap|rate", as submit got them:
 -- a submit that repeats them (the service sends the whole policy with every
 -- job) changes nothing and costs one HGET.

@@ -19,8 +19,18 @@ for k, state in pairs(states) do
     weight = weight(k), cap = hnum(CAP, k, 0), vt = hnum(VT, k, 0),
   }
 end
+-- Worker names that two live processes claim (register_worker): name ->
+-- {registered = the holder's token, refused = the other's}. Empty normally.
+local clashes, flat = {}, redis.call('HGETALL', CLASHES)
+for i = 1, #flat, 2 do
+  local clash = cjson.decode(flat[i + 1])
+  if clash['until'] > now then
+    clashes[flat[i]] = {registered = redis.call('HGET', TOKENS, flat[i]) or '', refused = clash.token}
+  end
+end
 return cjson.encode({
   keys = keys,
+  worker_clashes = clashes,
   totals = {
     active_keys = redis.call('ZCARD', ACTIVE), capped_keys = redis.call('SCARD', CAPPED),
     throttled_keys = redis.call('ZCARD', THROTTLED), held = held,

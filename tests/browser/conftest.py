@@ -9,7 +9,6 @@ docs/screenshots/; refresh them by hand after a UI change:
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -22,6 +21,8 @@ import pytest
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+
+from tests.promise import wait_for  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 # The background-networking flags keep Chromium from dialling Google services
@@ -116,12 +117,13 @@ def site_login() -> Callable[[Page, object], None]:
 def _reload_until(page: Page, check: Callable[[], bool], *, timeout_s: float, what: str) -> None:
     """For pages that do not refresh themselves (the admin): reload until
     `check()` holds, as a person pressing F5 would."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not seen within {timeout_s:.0f} s: {what}")
-        time.sleep(1)
+    def seen() -> bool:
+        if check():
+            return True
         page.reload()
+        return False
+
+    wait_for(seen, timeout_s, what, every=1)
 
 
 @pytest.fixture
@@ -131,14 +133,11 @@ def reload_until():
 
 def _wait_terminal(client, job_url: str, timeout_s: float = 90.0) -> dict:
     """Poll the API until the job has finished one way or the other."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    def ended() -> dict | None:
         body = client.get(job_url).json()
-        if body["status"] in ("succeeded", "failed", "canceled"):
-            return body
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job did not finish in {timeout_s:.0f} s: {body}")
-        time.sleep(0.2)
+        return body if body["status"] in ("succeeded", "failed", "canceled") else None
+
+    return wait_for(ended, timeout_s, lambda: f"the job to finish: {client.get(job_url).json()}", every=0.2)
 
 
 @pytest.fixture

@@ -13,14 +13,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
-from bench.harness import Worker, _free_port
+from bench.harness import Worker
+from bench.ports import free_port
+from tests.promise import wait_for
 from tests.workers import test_database_url
 
 # Short leases and intervals so that each scenario recovers in seconds; the
@@ -72,7 +73,7 @@ class Cluster:
 
     def start_web(self, **extra: str) -> str:
         """gunicorn, as the Procfile runs it, on a free port."""
-        port = _free_port()
+        port = free_port()
         self.web = subprocess.Popen(
             [str(Path(sys.executable).parent / "gunicorn"), "project.wsgi", "-b", f"127.0.0.1:{port}", "-w", "1",
              "--graceful-timeout", "5", "--logger-class", "project.weblog.AccessLogger"],
@@ -83,16 +84,16 @@ class Cluster:
         import urllib.error
         import urllib.request
 
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        def answering() -> bool:
             try:
                 urllib.request.urlopen(self.web_url + "/accounts/login/", timeout=5)
-                return self.web_url
             except urllib.error.HTTPError:  # it answers: up
-                return self.web_url
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError("web process did not come up: " + (self.log_dir / "web.log").read_text()[-2000:])
+                pass
+            return True
+
+        wait_for(answering, 30, lambda: "the web process: " + (self.log_dir / "web.log").read_text()[-2000:],
+                 every=0.2, ignoring=(OSError,))  # OSError: not listening yet
+        return self.web_url
 
     def kill_all(self) -> None:
         procs = [w.proc for w in self.workers.values()] + ([self.web] if self.web else [])

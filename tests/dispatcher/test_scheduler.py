@@ -206,6 +206,43 @@ def test_the_window_follows_the_live_workers(sched):
     assert sched.snapshot(now=1)["totals"]["window"] == 5
 
 
+def test_a_second_live_process_with_the_same_worker_name_is_refused_and_not_counted(sched):
+    # Two workers started as cpu@host: the second must neither add its slots
+    # to the first one's registration nor take it over.
+    assert sched.register_worker("cpu@host", 4, ttl_s=60, now=0, token="100@host/1")
+    assert not sched.register_worker("cpu@host", 8, ttl_s=60, now=1, token="200@host/2")
+    assert sched.live_workers(now=2) == {"cpu@host": (4, 60.0)}
+    snap = sched.snapshot(now=2)
+    assert snap["totals"]["window"] == 4 + 1  # the holder's slots + headroom
+    assert snap["worker_clashes"] == {"cpu@host": {"registered": "100@host/1", "refused": "200@host/2"}}
+    # The refused one's shutdown leaves the live registration alone; the holder renews as ever.
+    assert not sched.unregister_worker("cpu@host", token="200@host/2")
+    assert sched.register_worker("cpu@host", 4, ttl_s=60, now=10, token="100@host/1")
+    assert sched.live_workers(now=11) == {"cpu@host": (4, 70.0)}
+    assert sched.snapshot(now=11)["worker_clashes"] == {}
+    assert sched.unregister_worker("cpu@host", token="100@host/1")
+    assert sched.live_workers(now=11) == {}
+
+
+def test_a_worker_name_is_free_once_its_holder_lapses_or_is_known_to_be_gone(sched):
+    assert sched.register_worker("cpu@host", 4, ttl_s=60, now=0, token="a")
+    assert not sched.register_worker("cpu@host", 8, ttl_s=60, now=1, token="b")
+    # A restarted worker that knows its predecessor is gone takes the name over.
+    assert sched.register_worker("cpu@host", 8, ttl_s=60, now=1, token="b", replaces="a")
+    assert sched.worker_token("cpu@host") == "b" and sched.live_workers(now=2) == {"cpu@host": (8, 61.0)}
+    assert not sched.register_worker("cpu@host", 4, ttl_s=60, now=2, token="a")
+    # Once b's registration has lapsed, anyone may register the name.
+    assert sched.register_worker("cpu@host", 4, ttl_s=60, now=61, token="a")
+    assert sched.live_workers(now=62) == {"cpu@host": (4, 121.0)}
+    assert sched.snapshot(now=62)["worker_clashes"] == {}
+
+
+def test_a_registration_without_a_token_is_never_refused(sched):
+    assert sched.register_worker("w", 4, ttl_s=60, now=0, token="a")
+    assert sched.register_worker("w", 2, ttl_s=60, now=1)
+    assert sched.live_workers(now=2) == {"w": (2, 61.0)}
+
+
 def test_finish_releases_the_next_job_in_the_same_call(redis_client):
     sched = FairScheduler(redis_client, LANE, default_window=1, headroom=0)
     submit_many(sched, "u", 2)

@@ -4,7 +4,6 @@ Idempotency-Key), watch the batch, cancel it, retry the job, get a real HLS
 ladder, delete the upload and find nothing left in storage."""
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -12,19 +11,18 @@ from django.utils import timezone
 
 import media
 from tests.media import make_video
+from tests.promise import wait_for
 from uploads.models import Batch, Job, Output, Upload
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def wait_for_status(client, url: str, wanted: str, timeout_s: float = 120.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    def reached() -> dict | None:
         body = client.get(url).json()
-        if body["status"] == wanted:
-            return body
-        assert time.monotonic() < deadline, f"still {body['status']} after {timeout_s}s: {body}"
-        time.sleep(0.2)
+        return body if body["status"] == wanted else None
+
+    return wait_for(reached, timeout_s, lambda: f"{wanted}: {client.get(url).json()}", every=0.2)
 
 
 def test_upload_watch_cancel_retry_and_delete_through_the_api(workers, make_user, api_client_for, tmp_path):

@@ -6,9 +6,7 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from datetime import timedelta
@@ -18,6 +16,7 @@ import pytest
 from django.utils import timezone
 from django_celery_results.models import TaskResult
 
+from bench.ports import free_port
 from tests.media import make_video
 from tests.promise import wait_for
 from uploads.models import Job
@@ -42,33 +41,35 @@ def get(url: str, auth: tuple[str, str] | None = None, timeout: float = 10) -> t
 
 @pytest.fixture
 def flower(workers, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "FLOWER_BASIC_AUTH": ":".join(AUTH), "FLOWER_PORT": str(port),
            "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"}
     log = open(tmp_path / "flower.log", "wb")
     proc = subprocess.Popen([str(ROOT / "bin" / "flower")], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            get(url, timeout=1)
-            break
-        except (urllib.error.URLError, ConnectionError):
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "flower.log").read_text()
-            time.sleep(0.3)
+
+    def flower_log() -> str:
+        return "Flower; its log:\n" + (tmp_path / "flower.log").read_text()
+
+    def answering() -> bool:
+        assert proc.poll() is None, flower_log()
+        get(url, timeout=1)
+        return True
+
+    wait_for(answering, 30, flower_log, every=0.3, ignoring=(urllib.error.URLError, ConnectionError))
+
     # Answering HTTP is not yet listening to events: a task that ran before
     # Flower's event receiver was connected would never be in its list. The
     # workers' heartbeats are events, so both lanes alive here means it is.
-    while True:
+    def both_lanes_alive() -> bool:
+        assert proc.poll() is None, flower_log()
         status, alive = get(f"{url}/api/workers?status=1", auth=AUTH)
         lanes = {name.split("@")[0] for name, up in (alive or {}).items() if up}
-        if status == 200 and {"cpu", "io"} <= lanes:
-            break
-        assert proc.poll() is None and time.monotonic() < deadline + 30, (tmp_path / "flower.log").read_text()
-        time.sleep(0.3)
+        return status == 200 and {"cpu", "io"} <= lanes
+
+    # 60 s: what the two phases had together before they had a wait each.
+    wait_for(both_lanes_alive, 60, flower_log, every=0.3)
     yield url
     os.killpg(proc.pid, signal.SIGTERM)
     proc.wait(10)
@@ -79,15 +80,16 @@ def test_flower_needs_its_password_and_shows_both_lanes_and_readable_tasks(flowe
     assert get(f"{flower}/api/workers")[0] == 401
     assert get(f"{flower}/api/workers", auth=("ops", "wrong"))[0] == 401
 
-    deadline = time.monotonic() + 30
-    while True:
+    def worker_names() -> set[str]:
         status, workers = get(f"{flower}/api/workers?refresh=1", auth=AUTH)
         assert status == 200
-        names = set(workers)
-        if any(n.startswith("cpu@") for n in names) and any(n.startswith("io@") for n in names):
-            break
-        assert time.monotonic() < deadline, f"Flower sees only {names}"
-        time.sleep(1)
+        return set(workers)
+
+    def both_lanes_listed() -> bool:
+        names = worker_names()
+        return any(n.startswith("cpu@") for n in names) and any(n.startswith("io@") for n in names)
+
+    wait_for(both_lanes_listed, 30, lambda: f"both lanes' workers (Flower sees only {worker_names()})", every=1)
 
     user = make_user("watched")
     job_id = upload(api_client_for(user), make_video(tmp_path / "v.mp4", seconds=1))
@@ -152,13 +154,15 @@ def upload(client, path: Path) -> str:
 def flower_tasks_of(flower: str, job_id: str) -> list[dict]:
     """Flower's tasks for the job once its run and its notification are both
     done (in a final state)."""
-    deadline = time.monotonic() + 60
-    while True:
+    def ours() -> list[dict]:
         status, tasks = get(f"{flower}/api/tasks", auth=AUTH)
         assert status == 200
-        ours = [t for t in tasks.values() if job_id in str(t.get("args"))]
-        done = {t["name"] for t in ours if t.get("state") in ("SUCCESS", "FAILURE")}
-        if {"transcoding.job_run", "notify.job_finished"} <= done:
-            return ours
-        assert time.monotonic() < deadline, f"Flower shows {[(t['name'], t.get('state')) for t in ours]} for the job"
-        time.sleep(1)
+        return [t for t in tasks.values() if job_id in str(t.get("args"))]
+
+    def both_done() -> list[dict] | None:
+        tasks = ours()
+        done = {t["name"] for t in tasks if t.get("state") in ("SUCCESS", "FAILURE")}
+        return tasks if {"transcoding.job_run", "notify.job_finished"} <= done else None
+
+    return wait_for(both_done, 60, every=1, what=lambda: "the job's run and notification to end; Flower shows "
+                    f"{[(t['name'], t.get('state')) for t in ours()]}")

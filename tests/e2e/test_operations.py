@@ -8,6 +8,7 @@ import pytest
 
 from notify.models import Delivery
 from tests.media import make_video
+from tests.promise import wait_for
 from uploads.models import Job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -30,11 +31,9 @@ def test_metrics_expose_waits_outcomes_backlog_and_worker_heartbeats(workers, ma
     with open(make_video(tmp_path / "v.mp4", seconds=1), "rb") as fh:
         job_id = api_client_for(user).post("/api/uploads/", {"file": fh}, format="multipart").json()[
             "uploads"][0]["job"]["id"]
-    deadline = time.monotonic() + 60
     batch = Job.objects.get(id=job_id).upload.batch
-    while not Delivery.objects.filter(event__batch=batch, channel="email", status="succeeded").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_for(Delivery.objects.filter(event__batch=batch, channel="email", status="succeeded").exists, 60,
+             "the batch's email", every=0.2)
     assert Job.objects.get(id=job_id).status == "succeeded"
 
     assert client.get("/metrics").status_code == 401
@@ -56,11 +55,9 @@ def test_metrics_expose_waits_outcomes_backlog_and_worker_heartbeats(workers, ma
     # Workers renew their registration every few seconds; another test may just have
     # emptied Redis, so give them one round.
     pattern = r'fairlane_worker_heartbeat_age_seconds\{lane="cpu-transcode",worker="([^"]+)"\} (\S+)'
-    deadline = time.monotonic() + 15
-    while not (ages := re.findall(pattern, text)):
-        assert time.monotonic() < deadline, "no worker heartbeat series"
-        time.sleep(1)
-        text = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").content.decode()
+    ages = re.findall(pattern, text) or wait_for(
+        lambda: re.findall(pattern, client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").content.decode()),
+        15, "a worker heartbeat series", every=1)
     assert all(0 <= float(age) < 30 for _, age in ages)
 
 
@@ -76,10 +73,7 @@ def test_worker_log_lines_about_a_job_carry_its_ids(workers, make_user, api_clie
     with open(make_video(tmp_path / "v.mp4", seconds=1), "rb") as fh:
         job_id = api_client_for(user).post("/api/uploads/", {"file": fh}, format="multipart").json()[
             "uploads"][0]["job"]["id"]
-    deadline = time.monotonic() + 60
-    while Job.objects.get(id=job_id).status not in Job.TERMINAL:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_for(lambda: Job.objects.get(id=job_id).status in Job.TERMINAL, 60, "the job to end", every=0.2)
     time.sleep(0.5)  # let the worker flush its log
     lines = [json.loads(line) for line in workers.log_tail("cpu", 400).splitlines() if line.startswith("{")]
     about_job = [line for line in lines if line.get("job_id") == job_id]
@@ -103,10 +97,8 @@ def test_canceling_a_running_job_stops_ffmpeg_and_leaves_nothing_behind(workers,
     with open(video, "rb") as fh:
         job_id = api_client_for(user).post("/api/uploads/", {"file": fh}, format="multipart").json()[
             "uploads"][0]["job"]["id"]
-    deadline = time.monotonic() + 60
-    while not Job.objects.filter(id=job_id, status="running", progress__gt=0).exists():
-        assert time.monotonic() < deadline, "the job never started making progress"
-        time.sleep(0.1)
+    wait_for(Job.objects.filter(id=job_id, status="running", progress__gt=0).exists, 60,
+             "the job to make progress")
     assert services.jobs_cancel(job_ids=[job_id], actor=user)
     scratch = Path(settings.FAIRLANE_SCRATCH_DIR)
 
@@ -116,10 +108,8 @@ def test_canceling_a_running_job_stops_ffmpeg_and_leaves_nothing_behind(workers,
     # Progress is reported about once a second, and that is where the worker
     # notices; the bound is generous for a loaded machine, and what shows the
     # encode was cut short is that it never finished (below).
-    deadline = time.monotonic() + 20
-    while ffmpeg_running() or any(scratch.glob(f"{job_id}-a*")):
-        assert time.monotonic() < deadline, "ffmpeg or its scratch folder outlived the cancel"
-        time.sleep(0.2)
+    wait_for(lambda: not ffmpeg_running() and not any(scratch.glob(f"{job_id}-a*")), 20,
+             "ffmpeg and its scratch folder to go after the cancel", every=0.2)
     job = Job.objects.get(id=job_id)
     assert job.status == "canceled" and job.error_code == "canceled" and job.progress < 100
     assert media.list_prefix(media.job_prefix(job_id=job_id)) == {} and not job.outputs.exists()

@@ -2,7 +2,6 @@
 both lanes -> ffmpeg -> database -> email."""
 from __future__ import annotations
 
-import time
 import urllib.request
 from pathlib import Path
 
@@ -11,19 +10,18 @@ from django.conf import settings
 
 from notify.models import Delivery
 from tests.media import decodes_cleanly, make_video, probe_output
+from tests.promise import wait_for
 from uploads.models import Job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def wait_terminal(client, job_url: str, timeout: float = 90.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ended() -> dict | None:
         body = client.get(job_url).json()
-        if body["status"] in ("succeeded", "failed", "canceled"):
-            return body
-        time.sleep(0.2)
-    raise AssertionError(f"job did not finish in {timeout}s: {body}")
+        return body if body["status"] in ("succeeded", "failed", "canceled") else None
+
+    return wait_for(ended, timeout, lambda: f"the job to finish: {client.get(job_url).json()}", every=0.2)
 
 
 def download(client, url: str) -> tuple[bytes, str]:
@@ -70,10 +68,8 @@ def test_posted_video_succeeds_with_playable_mp4_and_an_email(workers, make_user
     assert "Video: h264" in described and "yuv420p" in described and "Audio: aac" in described
     assert decodes_cleanly(out)
 
-    deadline = time.monotonic() + 30
-    while not Delivery.objects.filter(event__batch=upload["batch"], channel="email", status="succeeded").exists():
-        assert time.monotonic() < deadline, "no notification sent"
-        time.sleep(0.2)
+    wait_for(Delivery.objects.filter(event__batch=upload["batch"], channel="email", status="succeeded").exists, 30,
+             "the notification to be sent", every=0.2)
     mails = [p.read_text() for p in Path(settings.EMAIL_FILE_PATH).glob("*.log")]
     # The batch's summary: counts and one link to the batch's page (it lists
     # failed files only, so that it reads well at 2,000 files).
@@ -103,11 +99,9 @@ def test_corrupt_file_fails_clearly_and_affects_nothing_else(workers, make_user,
 
 def test_healthz_sees_database_redis_and_both_lanes(workers, client, admin_client):
     # The workers register with the dispatcher when they are ready.
-    deadline = time.monotonic() + 15
-    while (resp := client.get("/healthz")).status_code != 200 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    body = resp.json()
-    assert resp.status_code == 200, body
+    wait_for(lambda: client.get("/healthz").status_code == 200, 15,
+             lambda: f"/healthz to answer 200: {client.get('/healthz').json()}", every=0.5)
+    body = client.get("/healthz").json()
     assert body["database"]["ok"] and body["redis"]["ok"] and body["workers"]["lanes"] == {
         "cpu-transcode": True, "io-notify": True}
     lanes = admin_client.get("/healthz").json()["workers"]["lanes"]  # staff see who

@@ -7,16 +7,16 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from celery import Celery
 
 from bench.harness import Worker
-from bench.harness import _free_port as free_port
+from bench.ports import free_port
+from tests.promise import wait_for
 from tests.workers import test_database_url
 
-__all__ = ("IoWorker", "free_port", "private_redis")
+__all__ = ("IoWorker", "private_redis")
 
 
 class IoWorker(Worker):
@@ -31,13 +31,13 @@ class IoWorker(Worker):
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Ping through the worker's own broker (it may be a private Redis)."""
         control = Celery(broker=self.env["REDIS_URL"], set_as_current=False).control
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def answers() -> bool:  # the ping's own timeout spaces the tries
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited:\n{self.log_tail()}")
-            if any(self.name in reply for reply in control.ping(destination=[self.name], timeout=0.5) or []):
-                return
-        raise RuntimeError(f"{self.name} not ready:\n{self.log_tail()}")
+            return any(self.name in reply for reply in control.ping(destination=[self.name], timeout=0.5) or [])
+
+        wait_for(answers, timeout, lambda: f"{self.name} to be ready:\n{self.log_tail()}", every=0)
 
     def run_django(self, code: str) -> None:
         """Run `code` in a fresh Django process with this worker's settings."""

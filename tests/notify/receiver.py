@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests import promise
+
 
 @dataclass
 class Received:
@@ -82,11 +84,8 @@ class Receiver:
             return list(self.requests)
 
     def wait_for(self, count: int, timeout_s: float = 30.0) -> list[Received]:
-        deadline = time.monotonic() + timeout_s
-        while len(self.received()) < count:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"receiver got {len(self.received())} of {count} requests in {timeout_s} s")
-            time.sleep(0.05)
+        promise.wait_for(lambda: len(self.received()) >= count, timeout_s, every=0.05,
+                         what=lambda: f"{count} requests (the receiver got {len(self.received())})")
         return self.received()
 
 

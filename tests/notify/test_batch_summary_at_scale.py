@@ -14,9 +14,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from bench.ports import free_port
 from notify import services
 from notify.models import Delivery
-from tests.notify.test_e2e import free_port
 from uploads.models import Batch, Job, Upload
 
 pytestmark = pytest.mark.django_db

@@ -14,10 +14,12 @@ import pytest
 import redis
 from standardwebhooks import Webhook
 
+from bench.ports import free_port
 from notify import services
 from notify.models import Delivery
-from tests.notify.processes import IoWorker, free_port, private_redis
+from tests.notify.processes import IoWorker, private_redis
 from tests.notify.receiver import Answer, Receiver
+from tests.promise import wait_for
 from uploads import services as upload_services
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -124,10 +126,7 @@ def test_a_real_email_goes_out_through_smtp_from_a_worker(make_user, make_batch,
         worker.wait_ready()
         worker.run_django("from uploads import services\n"
                           f"services.job_fail(job_id='{job.id}', code='not_media', message='Not a media file.')")
-        deadline = time.monotonic() + 30
-        while not received:
-            assert time.monotonic() < deadline, "no email reached the SMTP server"
-            time.sleep(0.1)
+        wait_for(lambda: received, 30, "an email at the SMTP server")
     finally:
         worker.stop()
         smtp.stop()

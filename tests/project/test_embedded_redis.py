@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from bench.ports import free_port
 from project import embedded_redis
-from tests.services_plugin import _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ def ours(tmp_path):
 @pytest.fixture
 def foreign(tmp_path):
     """A Redis on a port of its own that someone else started (another checkout)."""
-    port = _free_port()
+    port = free_port()
     proc = embedded_redis.spawn(tmp_path / "checkout-b" / "var" / "redis", port, persist=False)
     yield port
     proc.kill()
@@ -63,7 +63,7 @@ def test_the_command_line_says_why_and_fails(ours, foreign):
 
 
 def test_a_checkout_reuses_its_own_server_and_stops_it(ours):
-    port = _free_port()
+    port = free_port()
     url = embedded_redis.start(ours, port)
     run_id = redis.Redis.from_url(url).info("server")["run_id"]
     assert embedded_redis.start(ours, port) == url  # idempotent: the same server, not a second one

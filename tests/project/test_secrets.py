@@ -8,7 +8,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,6 +19,7 @@ from rest_framework.authtoken.models import Token
 from notify import signing as webhook_signing
 from notify.models import Endpoint
 from tests.project.test_settings import ROOT, manage
+from tests.promise import wait_for
 from tests.workers import test_database_url as worker_database_url
 
 pytestmark = pytest.mark.django_db
@@ -80,9 +80,9 @@ def test_django_logs_mask_output_link_tokens(client):
 def test_gunicorn_as_the_procfile_runs_it_masks_output_link_tokens(tmp_path):
     web = next(line for line in (ROOT / "Procfile").read_text().splitlines() if line.startswith("web:"))
     assert "--logger-class project.weblog.AccessLogger" in web
-    from tests.services_plugin import _free_port
+    from bench.ports import free_port
 
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "web.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -92,19 +92,17 @@ def test_gunicorn_as_the_procfile_runs_it_masks_output_link_tokens(tmp_path):
     try:
         url = f"http://127.0.0.1:{port}/o/{TOKEN}/master.m3u8"
         request = urllib.request.Request(url, headers={"Referer": f"http://127.0.0.1:{port}/o/{TOKEN}/a.m3u8"})
-        deadline = time.monotonic() + 60
-        while True:
+
+        def answered() -> bool:
             try:
                 urllib.request.urlopen(request, timeout=10)
             except urllib.error.HTTPError as exc:  # 404: the output does not exist, which is fine
                 assert exc.code == 404
-                break
-            except OSError:
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.2)
-        while "master.m3u8" not in log.read_text():
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+                return True
+            return False
+
+        wait_for(answered, 60, log.read_text, every=0.2, ignoring=(OSError,))  # OSError: not listening yet
+        wait_for(lambda: "master.m3u8" in log.read_text(), 60, log.read_text)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

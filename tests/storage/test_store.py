@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import uuid
 
 import pytest
@@ -15,6 +14,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
 import media
+from bench.ports import free_port
 from media import store
 from uploads import attempts, services
 from uploads.models import Job, Upload
@@ -150,9 +150,7 @@ def dead_store(settings) -> None:
 
     from project.settings import s3_storages
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        endpoint = f"http://127.0.0.1:{s.getsockname()[1]}"
+    endpoint = f"http://127.0.0.1:{free_port()}"
     storages = s3_storages({"FAIRLANE_S3_ENDPOINT": endpoint, "FAIRLANE_S3_ACCESS_KEY_ID": "x",
                             "FAIRLANE_S3_SECRET_ACCESS_KEY": "y"})
     for conf in storages.values():

@@ -10,11 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.promise import wait_for
 from transcoding.ffmpeg import FFMPEG
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,16 +70,6 @@ def _ffmpeg_run_by(pid: int) -> int | None:
     return None
 
 
-def _wait_for(predicate, *, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def _start(code: str, *args: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT,
                             env={**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings"}, **kwargs)
@@ -91,7 +81,7 @@ def _kill_parent_then_wait_for_the_child(parent: subprocess.Popen, child: int) -
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         # Generous: the kernel signals at once; only a loaded machine delays it.
-        _wait_for(lambda: not _running(child), timeout_s=30, what=f"process {child} to die with its parent")
+        wait_for(lambda: not _running(child), 30, f"process {child} to die with its parent", every=0.05)
     finally:
         if _running(child):  # the test failed: do not leave an hour of encoding behind
             os.kill(child, signal.SIGKILL)
@@ -101,7 +91,7 @@ def _kill_parent_then_wait_for_the_child(parent: subprocess.Popen, child: int) -
 def test_ffmpeg_dies_with_the_worker_process_that_started_it(tmp_path: Path, doing: str):
     parent = _start(_FFMPEG_PARENT, doing, str(tmp_path / "input.ts"))
     try:
-        child = _wait_for(lambda: _ffmpeg_run_by(parent.pid), timeout_s=60, what="ffmpeg to start")
+        child = wait_for(lambda: _ffmpeg_run_by(parent.pid), 60, "ffmpeg to start", every=0.05)
         _kill_parent_then_wait_for_the_child(parent, child)
     finally:
         parent.kill()
@@ -130,13 +120,13 @@ def _fork_server_of(pid: int) -> int | None:
 def test_a_decoding_child_and_its_fork_server_die_with_the_worker_process():
     parent = _start(_SANDBOX_PARENT)
     try:
-        server = _wait_for(lambda: _fork_server_of(parent.pid), timeout_s=60, what="the fork server to start")
+        server = wait_for(lambda: _fork_server_of(parent.pid), 60, "the fork server to start", every=0.05)
         # Its forked children carry its command line; anything else it runs
         # (a short-lived `ffmpeg -version` from an import) is not the child.
-        child = _wait_for(lambda: _fork_server_of(server), timeout_s=60, what="a decoding child")
+        child = wait_for(lambda: _fork_server_of(server), 60, "a decoding child", every=0.05)
         try:
             _kill_parent_then_wait_for_the_child(parent, child)
-            _wait_for(lambda: not _running(server), timeout_s=30, what="the fork server to die with the worker")
+            wait_for(lambda: not _running(server), 30, "the fork server to die with the worker", every=0.05)
         finally:
             if _running(server):
                 os.kill(server, signal.SIGKILL)
@@ -169,7 +159,7 @@ def test_a_child_whose_parent_died_before_it_asked_to_die_with_it_stops_at_once(
     child = int(parent.stdout.readline())
     parent.wait()
     try:
-        _wait_for(lambda: not _running(child), timeout_s=30, what=f"process {child} to notice its parent is gone")
+        wait_for(lambda: not _running(child), 30, f"process {child} to notice its parent is gone", every=0.05)
     finally:
         if _running(child):
             os.kill(child, signal.SIGKILL)

@@ -128,6 +128,20 @@ def test_a_permanent_error_fails_at_once_without_a_retry(job):
     assert (job.status, job.error_code, job.attempts) == ("failed", "not_media", 1)
 
 
+def test_a_delivery_that_fails_the_job_raises_its_code_and_message_and_others_return(job):
+    # What Celery stores (and Flower shows) for the task: FAILURE with the job's error.
+    def deliver(work, task_id: str) -> str | None:
+        return attempts.job_attempt_run(job_id=str(job.id), hostname="cpu@test-host", soft_limit_s=None, work=work,
+                                        task_id=task_id)
+
+    with pytest.raises(attempts.JobFailed, match=r"^not_media: This is not a media file\.$"):
+        deliver(raising(JobError("not_media", "This is not a media file.")), "message-1")
+    # A second delivery of the same message reports the same; another message's finds the job over.
+    with pytest.raises(attempts.JobFailed, match=r"^not_media: "):
+        deliver(raising(AssertionError("must not run")), "message-1")
+    assert deliver(raising(AssertionError("must not run")), "message-2") is None
+
+
 def test_a_soft_time_limit_fails_unless_the_probe_showed_a_bigger_job(job, settings,
                                                                        django_capture_on_commit_callbacks):
     def bigger_than_thought(attempt):

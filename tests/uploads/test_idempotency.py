@@ -4,7 +4,6 @@ different request is a 422; concurrent twins create once."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -12,6 +11,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection, connections
 from django.utils import timezone
 
+from tests.promise import wait_for
 from uploads import services
 from uploads.models import IdempotencyKey, Job, Upload
 
@@ -102,13 +102,6 @@ def test_exports_take_a_key_too(make_user, api_client_for):
     assert other.status_code == 422
 
 
-def _wait_for(check, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_twins_create_once_and_both_get_the_first_answer(make_user, api_client_for, monkeypatch):
     """The first request holds its transaction open (its files stored, its
@@ -149,7 +142,7 @@ def test_concurrent_twins_create_once_and_both_get_the_first_answer(make_user, a
                            "AND query ILIKE '%%uploads_idempotencykey%%' AND pid <> pg_backend_pid()")
             return cursor.fetchone()[0] > 0
 
-    _wait_for(twin_waits_on_the_key, "the second request to wait on the key")
+    wait_for(twin_waits_on_the_key, 60, "the second request to wait on the key", every=0.05)
     go.set()
     first.join(60)
     second.join(60)

@@ -5,7 +5,6 @@ again the reconcilers publish what was missed, and nothing is lost."""
 from __future__ import annotations
 
 import io
-import socket
 import uuid
 
 import pytest
@@ -15,6 +14,7 @@ from PIL import Image
 
 import dispatcher
 import media
+from bench.ports import free_port
 from notify import services as notify_services
 from project.lanes import Lane
 from tests.workers import lane_paused
@@ -30,9 +30,7 @@ class Outage:
 
     def __init__(self, settings):
         self.settings, self.real = settings, settings.FAIR_REDIS_URL
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.dead = f"redis://127.0.0.1:{s.getsockname()[1]}/0"
+        self.dead = f"redis://127.0.0.1:{free_port()}/0"
 
     def begin(self) -> None:
         self.settings.FAIR_REDIS_URL = self.dead
