@@ -14,6 +14,10 @@ import pytest
 import redis
 from hypothesis import settings as hypothesis_settings
 
+# Fixtures of their own module, for the tests of more than one folder:
+# `flower` (Flower started as bin/flower starts it).
+pytest_plugins = ["tests.flower"]
+
 # Property tests (Hypothesis). `ci`, the default: derandomized, so `make test`
 # draws the same examples on every run and cannot fail by luck. `explore`:
 # fresh randomness, for `make test-properties`, which runs it with many seeds
