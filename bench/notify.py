@@ -190,7 +190,12 @@ def run_mode(mode: str, args, setup: Setup, log_dir: Path) -> dict:
     db_url = os.environ.get("DATABASE_URL")
     worker_env = {"FAIR_DISPATCH_ENABLED": "1" if fair else "0", "NOTIFY_RETRY_BASE_S": str(args.retry_base_s),
                   "NOTIFY_WEBHOOK_DISABLE_AFTER_FAILURES": "1000000", "LOG_LEVEL": "WARNING",
-                  "DJANGO_DEBUG": "0"}  # as in production: no query log, no debug cursor
+                  "DJANGO_DEBUG": "0",  # as in production: no query log, no debug cursor
+                  # The reconciler (the outbox's safety net) would submit deliveries
+                  # still waiting for this process's submit loop once they are
+                  # RECONCILE_AFTER_S old: measured from their later submit, they
+                  # showed negative latencies. This measures the submit path.
+                  "FAIR_RECONCILE_S": "3600"}
     if db_url:
         worker_env["DATABASE_URL"] = f"{db_url}?application_name={APP_NAME}"
     if mode == "fair-nopool":  # the same, with one connection per thread opened and closed around each call
