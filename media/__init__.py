@@ -12,6 +12,8 @@ under their attempt's own prefix; the database transition publishes.
 
 See docs/storage.md for the design and the settings.
 """
+from media.input_cache import fetch_input
+from media.input_cache import keep as keep_input
 from media.keys import export_key, exports_prefix, job_prefix, outputs_prefix, upload_key
 from media.multipart import Part, UploadGone, multipart_abort, multipart_begin, multipart_complete, multipart_put
 from media.scratch import attempt_scratch, scratch_sweep
@@ -22,6 +24,7 @@ from media.store import (
     delete_prefix,
     exists,
     fetch,
+    fetch_many,
     list_prefix,
     open_file,
     open_stream,
@@ -35,8 +38,9 @@ from media.store import (
 )
 
 __all__ = [
-    "Part", "StorageUnavailable", "UploadGone", "attempt_scratch", "content_type_for", "delete", "delete_prefix", "exists", "export_key",
-    "exports_prefix", "fetch", "job_prefix", "list_prefix", "multipart_abort", "multipart_begin",
-    "multipart_complete", "multipart_put", "open_file", "open_stream", "outputs_prefix", "presigned_url", "put_file", "put_tree",
-    "read_bytes", "reset_clients", "save_upload", "scratch_sweep", "upload_key", "uses_object_storage",
+    "Part", "StorageUnavailable", "UploadGone", "attempt_scratch", "content_type_for", "delete", "delete_prefix",
+    "exists", "export_key", "exports_prefix", "fetch", "fetch_input", "fetch_many", "job_prefix", "keep_input",
+    "list_prefix", "multipart_abort", "multipart_begin", "multipart_complete", "multipart_put", "open_file",
+    "open_stream", "outputs_prefix", "presigned_url", "put_file", "put_tree", "read_bytes", "reset_clients",
+    "save_upload", "scratch_sweep", "upload_key", "uses_object_storage",
 ]

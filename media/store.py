@@ -193,12 +193,13 @@ def save_upload(key: str, content: File) -> str:
 
 
 @store_call
-def fetch(key: str, dest: Path, *, read_only: bool = False) -> None:
+def fetch(key: str, dest: Path, *, read_only: bool = False, client=None) -> None:
     """Copy an object to a local file (a worker's scratch folder). A
     `read_only` copy (an input nobody writes to) may be a hard link to the
-    stored file with FileSystemStorage: free on one filesystem."""
+    stored file with FileSystemStorage: free on one filesystem. `client`:
+    as put_file's."""
     if uses_object_storage():
-        _client().download_file(_bucket(), key, str(dest))
+        (client or _client()).download_file(_bucket(), key, str(dest))
         return
     source = _local_path(key)
     if read_only:
@@ -208,6 +209,18 @@ def fetch(key: str, dest: Path, *, read_only: bool = False) -> None:
         except OSError:
             pass
     shutil.copyfile(source, dest)
+
+
+@store_call
+def fetch_many(pairs: list[tuple[str, Path]]) -> None:
+    """Fetch many objects (a finalizer's hundreds of segments) in parallel,
+    as put_tree uploads: one request at a time would spend most of the
+    time waiting on the store's latency."""
+    for dest in {dest.parent for _, dest in pairs}:
+        dest.mkdir(parents=True, exist_ok=True)
+    client = _client() if uses_object_storage() else None
+    with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
+        list(pool.map(lambda pair: fetch(*pair, client=client), pairs))
 
 
 @contextmanager

@@ -120,6 +120,9 @@ MEDIA_URL = "/unused-media/"
 # A worker's private copies (inputs, ffmpeg's outputs, export parts), one
 # folder per attempt; never under MEDIA_ROOT, swept at worker start.
 FAIRLANE_SCRATCH_DIR = Path(os.environ.get("FAIRLANE_SCRATCH_DIR", VAR_DIR / "scratch"))
+# Inputs fetched from object storage, kept on the worker host for the other
+# parts of a chunked video (media/input_cache.py); 0 turns the cache off.
+FAIRLANE_INPUT_CACHE_BYTES = int(os.environ.get("FAIRLANE_INPUT_CACHE_BYTES", str(4 * 1024**3)))
 # Upload limits, enforced while the request streams in (uploads/upload_limits.py):
 # Content-Length first, then bytes per file, bytes and files per request,
 # and bytes per user in flight across every web process (Redis).

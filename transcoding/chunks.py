@@ -34,6 +34,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 from django.conf import settings
 
 from transcoding import ffmpeg, ladder
@@ -203,24 +204,29 @@ def continuity_renumber(segments: list[Path]) -> None:
     one run per PID: each chunk's muxer started its counters at 0, which a
     strict demuxer reads as lost packets at every join. A packet with a
     payload takes the next counter; one without repeats the last (ISO
-    13818-1, 2.4.3.3)."""
+    13818-1, 2.4.3.3). Vectorised (numpy): a 10-minute ladder is millions
+    of packets, and the finalizer is the serial tail of a chunked job."""
     next_cc: dict[int, int] = {}
     for path in segments:
-        data = bytearray(path.read_bytes())
-        if len(data) % TS_PACKET:
+        data = np.fromfile(path, dtype=np.uint8)
+        if data.size % TS_PACKET:
             raise MediaError("decode_failed", "A video segment is not whole MPEG-TS packets.")
-        for at in range(0, len(data), TS_PACKET):
-            if data[at] != 0x47:
-                raise MediaError("decode_failed", "A video segment lost MPEG-TS sync.")
-            pid = ((data[at + 1] & 0x1F) << 8) | data[at + 2]
+        packets = data.reshape(-1, TS_PACKET)
+        if (packets[:, 0] != 0x47).any():
+            raise MediaError("decode_failed", "A video segment lost MPEG-TS sync.")
+        pids = (packets[:, 1].astype(np.uint16) & 0x1F) << 8 | packets[:, 2]
+        for pid in np.unique(pids):
             if pid == 0x1FFF:  # null packets carry no counter worth keeping
                 continue
-            has_payload = data[at + 3] & 0x10
-            expected = next_cc.get(pid, data[at + 3] & 0x0F)
-            cc = expected if has_payload else (expected - 1) & 0x0F
-            data[at + 3] = (data[at + 3] & 0xF0) | cc
-            next_cc[pid] = (cc + 1) & 0x0F if has_payload else expected
-        path.write_bytes(bytes(data))
+            rows = np.flatnonzero(pids == pid)
+            header = packets[rows, 3]
+            # The counter a packet carries: its payload packets so far, from
+            # where the PID's run stands (the first packet ever keeps its own).
+            start = next_cc.get(int(pid), int(header[0]) & 0x0F)
+            taken = np.cumsum((header & 0x10) != 0)
+            packets[rows, 3] = (header & 0xF0) | ((start - 1 + taken) & 0x0F).astype(np.uint8)
+            next_cc[int(pid)] = (start + int(taken[-1])) & 0x0F
+        data.tofile(path)
 
 
 def avc_codec(segment: Path) -> str:

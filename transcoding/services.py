@@ -76,8 +76,11 @@ def transcode(attempt: Attempt) -> list[OutputFile] | None:
         workdir.mkdir()
         if job.part == Job.Part.FINALIZE:
             return _finalize(attempt, scratch, workdir)
-        src = scratch / "input"
-        media.fetch((job.parent or job).upload.file.name, src, read_only=True)
+        src, key = scratch / "input", (job.parent or job).upload.file.name
+        if job.parent_id:  # a part: its host may have the source from another part
+            media.fetch_input(key, src)
+        else:
+            media.fetch(key, src, read_only=True)
         fetched = time.monotonic()
         _poison_check(src)
         probe = probe_file(src)  # also refuses media above the size and duration limits
@@ -90,6 +93,7 @@ def transcode(attempt: Attempt) -> list[OutputFile] | None:
             job_services.job_probe_record(job_id=job_id, kind=probe.kind, media_info=probe.as_json(),
                                           cost_estimate=cost_estimate(probe))
             if chunks.should_chunk(probe):
+                media.keep_input(key, src)  # for the parts that run on this host
                 _split(attempt, probe)
                 return None
             produced = pipelines.PIPELINES[probe.kind](src, workdir, probe, attempt.progress)
@@ -135,13 +139,11 @@ def _finalize(attempt: Attempt, scratch: Path, workdir: Path) -> list[OutputFile
     if len(chunk_outputs) != len(plan.chunks) or poster is None or (plan.has_audio and audio is None):
         raise JobError("internal_error", "A part of the video is missing its outputs.")
     hls = workdir / "hls"
-    playlists = []
-    for output in chunk_outputs:
-        playlists.append(scratch / "parts" / str(output.job.part_index))
-        _fetch_hls(output, hls, playlists[-1])
+    playlists = [scratch / "parts" / str(output.job.part_index) for output in chunk_outputs]
+    wanted = [pair for output, folder in zip(chunk_outputs, playlists) for pair in _hls_files(output, hls, folder)]
     if audio is not None:
-        _fetch_hls(audio, hls, hls)
-    media.fetch(poster.file.name, workdir / "poster.jpg")
+        wanted += _hls_files(audio, hls, hls)
+    media.fetch_many([*wanted, (poster.file.name, workdir / "poster.jpg")])
     fetched = time.monotonic()
     attempt.progress(30)
     produced = chunks.finalize(hls, playlists, workdir, scratch, plan, attempt.progress)
@@ -154,14 +156,12 @@ def _finalize(attempt: Attempt, scratch: Path, workdir: Path) -> list[OutputFile
                        size=sizes[p.filename], metadata=p.metadata) for p in produced]
 
 
-def _fetch_hls(output: Output, hls: Path, playlists: Path) -> None:
-    """A part's HLS folder (the folder above its playlist's rendition folder):
-    segments into `hls`, playlists into `playlists`."""
+def _hls_files(output: Output, hls: Path, playlists: Path) -> list[tuple[str, Path]]:
+    """(key, local path) of a part's HLS folder (the folder above its
+    playlist's rendition folder): segments into `hls`, playlists into
+    `playlists`."""
     root = posixpath.dirname(posixpath.dirname(output.file.name)) + "/"
-    for key in media.list_prefix(root):
-        dest = (playlists if key.endswith(".m3u8") else hls) / key[len(root):]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        media.fetch(key, dest)
+    return [(key, (playlists if key.endswith(".m3u8") else hls) / key[len(root):]) for key in media.list_prefix(root)]
 
 
 def job_transcode(*, job_id: str, hostname: str = "", soft_limit_s: float | None = None,
