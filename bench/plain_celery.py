@@ -1,7 +1,11 @@
 """Two Celery apps without any of Fairlane's hooks, the baselines of
 bench/fairness.py, configured as the project's workers are (acks_late,
 prefetch 1, JSON, task events on, `task-sent` events on) and nothing else: no
-router, no result backend, no signals.
+router, no result backend, no signals, no Django. Celery would otherwise
+install its Django fixup in any app when DJANGO_SETTINGS_MODULE is set (the
+benchmark sets it for the fair worker): the worker would set up the project
+and with it Fairlane's task hooks, a finish script per job that the
+baseline must not pay (`fixups=()`).
 
 - `fifo_app`: one queue, first in first out: what plain Celery gives.
 - `per_user_app`: a queue per user, as a Celery user would build fairness
@@ -31,7 +35,7 @@ def user_queue(key: str) -> str:
 
 
 def _app(name: str, default_queue: str) -> Celery:
-    app = Celery(name, broker=os.environ.get("REDIS_URL", "redis://127.0.0.1:6390/0"))
+    app = Celery(name, broker=os.environ.get("REDIS_URL", "redis://127.0.0.1:6390/0"), fixups=())
     app.conf.update(
         task_default_queue=default_queue,
         task_acks_late=True,
