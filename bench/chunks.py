@@ -20,7 +20,7 @@ Measured:
   waits (queued -> started), p99, with chunking on and off. One host is the
   case where a long job holds every slot (with N hosts it takes N long
   videos); target: p99 bounded by about one chunk's time (at most 1.5x the
-  median chunk) instead of the whole video's. With chunking on, the heavy
+  median chunk of the chunked run on one host) instead of the whole video's. With chunking on, the heavy
   video is canceled once the light users are done: the rest of it measures
   nothing the chunked run on one host has not.
 
@@ -133,14 +133,15 @@ def contention(b: ChunkBench, video: Path, clip: Path, *, chunking: bool) -> dic
     result = {"chunking": chunking, "light_waits_s": [round(w, 3) for w in waits],
               "light_p50_s": round(pct(waits, 50), 3), "light_p99_s": round(pct(waits, 99), 3)}
     if chunking:  # the light users are done: so is what this run measures
-        chunk_s = [p.process_ms / 1000 for p in Job.objects.filter(
-            parent_id=heavy, part=Job.Part.CHUNK, status=Job.Status.SUCCEEDED)]
+        done = Job.objects.filter(parent_id=heavy, status=Job.Status.SUCCEEDED)
         services.jobs_cancel(job_ids=[heavy], actor=Job.objects.get(id=heavy).owner)
-        return {**result, "median_chunk_s": round(statistics.median(chunk_s), 2), "chunks_done": len(chunk_s)}
+        # The light users may all be done before a chunk is (the audio part
+        # goes first): "one chunk" is then the chunked run's on this host.
+        return {**result, "parts_done": sorted(f"{p.part} {p.part_index}" for p in done)}
     [heavy_job] = b.wait([heavy], timeout=6 * 3600)
     worker_s, _ = _core_time(heavy_job)
     return {**result, "heavy_wall_s": round(_seconds(heavy_job.created_at, heavy_job.finished_at), 2),
-            "heavy_worker_s": round(worker_s, 2), "median_chunk_s": None}
+            "heavy_worker_s": round(worker_s, 2)}
 
 
 def plot(result: dict, path: Path) -> None:
@@ -164,9 +165,8 @@ def plot(result: dict, path: Path) -> None:
         f = result["contention"][mode]
         c.plot(sorted(f["light_waits_s"]), marker="o", color=colour,
                label=f"chunking {mode}: p99 {f['light_p99_s']} s")
-    chunk = result["contention"]["on"]["median_chunk_s"]
-    if chunk:
-        c.axhline(chunk, color="#3b82f6", linestyle=":", label=f"one chunk ({chunk} s)")
+    chunk = runs["chunked_1"]["median_chunk_s"]
+    c.axhline(chunk, color="#3b82f6", linestyle=":", label=f"one chunk, 1 host ({chunk} s)")
     c.set_title("light users' waits behind a long video (1 host)")
     c.set_xlabel("light jobs, sorted")
     c.set_ylabel("seconds")
@@ -193,10 +193,14 @@ def main(argv: list[str]) -> int:
         clip = make_video(work / "clip.mp4", seconds=args.light_seconds, size=args.light_size)
         b.hosts_up(1, chunking=True)
         b.wait(b.upload(b.user("warmup"), [clip]))  # imports, connections, the decode sandbox
-        result["runs"]["chunked_1"] = long_video_run(b, video, hosts=1, chunking=True)
-        result["runs"]["chunked_2"] = long_video_run(b, video, hosts=2, chunking=True)
-        result["contention"]["off"] = contention(b, video, clip, chunking=False)
-        result["contention"]["on"] = contention(b, video, clip, chunking=True)
+        for phase, run in (("chunked_1", lambda: long_video_run(b, video, hosts=1, chunking=True)),
+                           ("chunked_2", lambda: long_video_run(b, video, hosts=2, chunking=True)),
+                           ("off", lambda: contention(b, video, clip, chunking=False)),
+                           ("on", lambda: contention(b, video, clip, chunking=True))):
+            result["runs" if phase.startswith("chunked") else "contention"][phase] = run()
+            # Each phase's numbers as soon as it ends: a run of an hour and
+            # more that fails late keeps what it measured.
+            print(f"phase {phase}: {json.dumps(result)}", flush=True)
     finally:
         b.close()
     runs = result["runs"]
@@ -204,14 +208,15 @@ def main(argv: list[str]) -> int:
     result["speedup"] = round(runs["chunked_1"]["wall_s"] / runs["chunked_2"]["wall_s"], 3)
     on, off = result["contention"]["on"], result["contention"]["off"]
     result["cpu_overhead_pct"] = round(100 * (runs["chunked_1"]["worker_s"] / off["heavy_worker_s"] - 1), 2)
-    wait_in_chunks = round(on["light_p99_s"] / on["median_chunk_s"], 2) if on["median_chunk_s"] else None
+    chunk = runs["chunked_1"]["median_chunk_s"]
+    wait_in_chunks = round(on["light_p99_s"] / chunk, 2)
     result["targets"] = {
         "speedup_two_hosts": {"target": f">= {TARGET_SPEEDUP}", "value": result["speedup"],
                               "met": result["speedup"] >= TARGET_SPEEDUP},
         "cpu_overhead_pct": {"target": f"< {TARGET_OVERHEAD_PCT}", "value": result["cpu_overhead_pct"],
                              "met": result["cpu_overhead_pct"] < TARGET_OVERHEAD_PCT},
         "light_p99_in_chunk_times": {"target": f"<= {TARGET_WAIT_IN_CHUNKS}", "value": wait_in_chunks,
-                                     "met": wait_in_chunks is not None and wait_in_chunks <= TARGET_WAIT_IN_CHUNKS},
+                                     "met": wait_in_chunks <= TARGET_WAIT_IN_CHUNKS},
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "chunks.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -222,7 +227,7 @@ def main(argv: list[str]) -> int:
     print(f"one job, 1 host: wall {off['heavy_wall_s']} s, core time {off['heavy_worker_s']} s")
     print(f"speed-up with 2 hosts: x{result['speedup']}; CPU overhead of chunking: {result['cpu_overhead_pct']:+.1f} %")
     print(f"light users' p99 wait behind the long video: {off['light_p99_s']} s unchunked, {on['light_p99_s']} s "
-          f"chunked (one chunk: {on['median_chunk_s']} s)")
+          f"chunked (one chunk on 1 host: {chunk} s)")
     print_targets(result["targets"])
     return 0
 
