@@ -20,9 +20,10 @@ Measured:
   waits (queued -> started), p99, with chunking on and off. One host is the
   case where a long job holds every slot (with N hosts it takes N long
   videos); target: p99 bounded by about one chunk's time (at most 1.5x the
-  median chunk of the chunked run on one host) instead of the whole video's. With chunking on, the heavy
-  video is canceled once the light users are done: the rest of it measures
-  nothing the chunked run on one host has not.
+  median chunk of the chunked run on one host) instead of the whole
+  video's. With chunking on, the heavy video is canceled once the light
+  users are done: the rest of it measures nothing the chunked run on one
+  host has not.
 
 Everything is a parameter (`--help`); a small run proves the harness, e.g.
     python -m bench.chunks --seconds 32 --size 640x360 --chunk-s 4 --segment-s 2 \\
@@ -133,7 +134,7 @@ def contention(b: ChunkBench, video: Path, clip: Path, *, chunking: bool) -> dic
     result = {"chunking": chunking, "light_waits_s": [round(w, 3) for w in waits],
               "light_p50_s": round(pct(waits, 50), 3), "light_p99_s": round(pct(waits, 99), 3)}
     if chunking:  # the light users are done: so is what this run measures
-        done = Job.objects.filter(parent_id=heavy, status=Job.Status.SUCCEEDED)
+        done = list(Job.objects.filter(parent_id=heavy, status=Job.Status.SUCCEEDED))
         services.jobs_cancel(job_ids=[heavy], actor=Job.objects.get(id=heavy).owner)
         # The light users may all be done before a chunk is (the audio part
         # goes first): "one chunk" is then the chunked run's on this host.

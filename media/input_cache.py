@@ -56,6 +56,7 @@ def _entry(key: str) -> Path:
 
 @contextmanager
 def _locked(entry: Path) -> Iterator[None]:
+    entry.parent.mkdir(parents=True, exist_ok=True)
     with open(entry.with_suffix(".lock"), "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -90,7 +91,6 @@ def fetch_input(key: str, dest: Path) -> bool:
         fetch(key, dest, read_only=True)
         return True
     entry = _entry(key)
-    entry.parent.mkdir(parents=True, exist_ok=True)
     with _locked(entry):
         fetched = not entry.exists()
         if fetched:
@@ -108,7 +108,6 @@ def keep(key: str, local: Path) -> None:
     if not _enabled():
         return
     entry = _entry(key)
-    entry.parent.mkdir(parents=True, exist_ok=True)
     with _locked(entry):
         if entry.exists():
             return
