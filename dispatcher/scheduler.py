@@ -33,8 +33,19 @@ _SCRIPT_NAMES = (
     "submit", "submit_release", "release", "start", "heartbeat", "finish",
     "requeue", "reap", "cancel", "register_worker", "unregister_worker", "snapshot",
 )
+# Each operation runs as a function so that, however it returns, `flush()`
+# writes what the call changed in its per-call caches (see `_lib.lua`) last.
 _PRELUDE = (_LUA_DIR / "_lib.lua").read_text()
-_SOURCES = {name: _PRELUDE + "\n" + (_LUA_DIR / f"{name}.lua").read_text() for name in _SCRIPT_NAMES}
+_SOURCES = {
+    name: f"{_PRELUDE}\nlocal function operation()\n{(_LUA_DIR / f'{name}.lua').read_text()}\nend\n"
+          "local result = operation()\nflush()\nreturn result\n"
+    for name in _SCRIPT_NAMES
+}
+# The version of the keys' layout, part of every key name: state written in
+# another layout is never misread, it is ignored (and the reconcilers submit
+# its jobs again from the database). 2: one hash per fairness key, the lane's
+# numbers in one hash, record and message in one hash.
+LAYOUT = 2
 
 # Lane names become part of every key and of SCAN patterns in `clear`: no
 # braces (they would break the hash tag) and no glob characters.
@@ -117,7 +128,7 @@ class FairScheduler:
         self._client = client
         # The hash tag keeps every key of the lane in one Redis Cluster slot,
         # which multi-key scripts require.
-        self.prefix = f"{{fair:{lane}}}:"
+        self.prefix = f"{{fair:{lane}}}:{LAYOUT}:"
         self.queue = queue
         self._keys = [self.prefix] if queue is None else [self.prefix, queue]
         # register_script only hashes the source; the script is sent once, on
@@ -335,7 +346,8 @@ class FairScheduler:
     def _records(self, job_ids: list[str]) -> list[dict | None]:
         if not job_ids:
             return []
-        return [None if raw is None else json.loads(raw) for raw in self._client.hmget(self.prefix + "jobs", job_ids)]
+        raws = self._client.hmget(self.prefix + "jobs", [f"j{job_id}" for job_id in job_ids])
+        return [None if raw is None else json.loads(raw) for raw in raws]
 
     def time(self) -> float:
         """Redis's clock, the one the scripts compare against."""

@@ -10,20 +10,26 @@
 -- Numbers are written with %.17g: Redis would otherwise format Lua numbers
 -- with %.14g, and the virtual clock would drift by rounding on every write.
 local P = KEYS[1]
-local JOBS, PAYLOAD = P .. 'jobs', P .. 'payload'
+-- jobs: 'j' .. id -> the job's record, 'p' .. id -> its message. One hash, so
+-- that a release reads both and a finish forgets both in one command; the
+-- prefixes keep any two ids' fields apart.
+local JOBS = P .. 'jobs'
 local ACTIVE, CAPPED, THROTTLED = P .. 'active', P .. 'capped', P .. 'throttled'
-local DELAYED, INFLIGHT, INFLIGHT_N = P .. 'delayed', P .. 'inflight', P .. 'inflight_n'
-local VT, VCLOCK = P .. 'vt', P .. 'V'
-local WEIGHT, CAP, RATE, BUCKET = P .. 'weight', P .. 'cap', P .. 'rate', P .. 'bucket'
+local DELAYED, INFLIGHT = P .. 'delayed', P .. 'inflight'
 local WORKERS, SLOTS = P .. 'workers', P .. 'slots'
+-- The lane's own numbers, read with one HMGET per call and written with one
+-- HSET at its end (see `flush`): V, the virtual clock; nd, a time no later
+-- than the earliest delayed job or throttled key ('none': there are none), so
+-- a release skips both scans until then; ws / wn, the live workers' slots
+-- and count, valid from wa until wu (the earliest registration expiry;
+-- register_worker and unregister_worker invalidate it); fl, the number of
+-- jobs in flight (ZCARD of `inflight`, counted again whenever the workers
+-- are, so that no mistake could last).
+local META = P .. 'meta'
 -- Which process holds each live worker name (its instance token), and the
 -- names another live process tried to register as well: name -> JSON
 -- {token = the refused one, ['until'] = when the record lapses}.
 local TOKENS, CLASHES = P .. 'worker_token', P .. 'worker_clash'
--- Each key's last applied settings "weight|cap|rate", as submit got them:
--- a submit that repeats them (the service sends the whole policy with every
--- job) changes nothing and costs one HGET.
-local POLICY = P .. 'policy'
 -- The Celery queue (a kombu Redis list) that release pushes messages to;
 -- absent: release only returns them. Not under the hash tag: in Redis
 -- Cluster the lane's queue must be made to share the lane's slot.
@@ -63,42 +69,129 @@ local function due_time(due, delay, now)
 end
 local function backlog(k) return P .. 'q:' .. k end
 
-local function hnum(hash, field, default)
-  local v = redis.call('HGET', hash, field)
-  if v then return tonumber(v) end
-  return default
+-- Per-call caches. Every script reads the lane's numbers (META) and each
+-- fairness key's settings and state (one hash per key, below) at most once,
+-- changes them in these tables, and writes each changed hash once when it
+-- ends (scheduler.py appends the `flush()`): a job's release touches one key
+-- hash twice in commands, not six hashes a dozen times.
+local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl'}
+local meta, meta_loaded, meta_dirty = nil, {}, {}
+
+local function M()
+  if not meta then
+    meta = {}
+    local raw = redis.call('HMGET', META, unpack(META_FIELDS))
+    for i, f in ipairs(META_FIELDS) do
+      meta[f] = raw[i]
+      meta_loaded[f] = raw[i]
+    end
+  end
+  return meta
+end
+
+local function mset(field, value)
+  M()[field] = value
+  meta_dirty[field] = true
+end
+
+-- A fairness key's hash: vt (its virtual time), w (weight), cap, rate
+-- ("tokens_per_s:burst"), bucket ("tokens:updated_at"), n (its jobs in
+-- flight) and pol (the settings "weight|cap|rate" as submit last applied
+-- them). Absent fields are false here; a field set to false is deleted.
+local KEY_FIELDS = {'vt', 'w', 'cap', 'rate', 'bucket', 'n', 'pol'}
+local key_cache, key_loaded, key_dirty = {}, {}, {}
+local function key_hash(k) return P .. 'k:' .. k end
+
+local function key(k)
+  local info = key_cache[k]
+  if not info then
+    info, key_loaded[k] = {}, {}
+    local raw = redis.call('HMGET', key_hash(k), unpack(KEY_FIELDS))
+    for i, f in ipairs(KEY_FIELDS) do
+      info[f] = raw[i]
+      key_loaded[k][f] = raw[i]
+    end
+    key_cache[k] = info
+  end
+  return info
+end
+
+local function kset(k, field, value)
+  key(k)[field] = value
+  key_dirty[k] = key_dirty[k] or {}
+  key_dirty[k][field] = true
+end
+
+local function vt_of(k) return tonumber(key(k).vt) or 0 end
+local function weight(k) return tonumber(key(k).w) or 1 end
+local function cap_of(k) return tonumber(key(k).cap) or 0 end
+local function in_flight_of(k) return tonumber(key(k).n) or 0 end
+
+-- Writes the fields of `values` named in `fields` that differ from what was
+-- read (`loaded`): a count that went down and up again costs nothing.
+local function write_hash(name, values, loaded, fields)
+  local set, del = {}, {}
+  for field in pairs(fields) do
+    local value = values[field]
+    if value == loaded[field] then
+      -- unchanged
+    elseif value then
+      set[#set + 1] = field
+      set[#set + 1] = value
+    else
+      del[#del + 1] = field
+    end
+  end
+  if #set > 0 then redis.call('HSET', name, unpack(set)) end
+  if #del > 0 then redis.call('HDEL', name, unpack(del)) end
+end
+
+-- Writes what the call changed; every script ends with it.
+local function flush()
+  if next(meta_dirty) then write_hash(META, meta, meta_loaded, meta_dirty) end
+  for k, fields in pairs(key_dirty) do write_hash(key_hash(k), key_cache[k], key_loaded[k], fields) end
 end
 
 -- A job record is {k = fairness key, c = estimated cost, s = state, t = the
 -- message id's tag for its next release when its submitter chose one}; the
--- payload (a whole Celery message) sits in its own hash so that state changes
--- never decode or re-encode it.
+-- payload (a whole Celery message) sits in its own field so that state
+-- changes never decode or re-encode it.
 local function load_job(id)
-  local raw = redis.call('HGET', JOBS, id)
+  local raw = redis.call('HGET', JOBS, 'j' .. id)
   if raw then return cjson.decode(raw) end
   return nil
 end
 
-local function save_job(id, job) redis.call('HSET', JOBS, id, cjson.encode(job)) end
+local function save_job(id, job) redis.call('HSET', JOBS, 'j' .. id, cjson.encode(job)) end
 
-local function forget_job(id)
-  redis.call('HDEL', JOBS, id)
-  redis.call('HDEL', PAYLOAD, id)
+local function forget_job(id) redis.call('HDEL', JOBS, 'j' .. id, 'p' .. id) end
+
+local function vclock() return tonumber(M().V) or 0 end
+
+-- Jobs in flight, and a change to their number: called just before every
+-- ZADD of a new member to `inflight` and every ZREM from it.
+local function in_flight_total()
+  if not M().fl then mset('fl', string.format('%d', redis.call('ZCARD', INFLIGHT))) end
+  return tonumber(M().fl)
 end
+local function count_flight(delta) mset('fl', string.format('%d', in_flight_total() + delta)) end
 
-local function vclock() return tonumber(redis.call('GET', VCLOCK) or '0') end
-local function weight(k) return hnum(WEIGHT, k, 1) end
+-- A delayed job or a throttled key is due at `at`: a release must look before then.
+local function note_due(at)
+  local nd = M().nd
+  if nd == 'none' or (nd and tonumber(nd) > at) then mset('nd', fmt(at)) end
+end
 
 -- Invariant kept by every script: a key is in exactly one of active, capped
 -- and throttled exactly when its backlog is not empty. `activate` is the way
--- in (submit shortcuts it when its RPUSH shows the backlog was empty); a (re)activating key starts at max(vt, V), so time spent idle earns
--- no credit.
+-- in (submit shortcuts it when its RPUSH shows the backlog was empty); a
+-- (re)activating key starts at max(vt, V), so time spent idle earns no credit.
 local function activate(k)
   if redis.call('ZSCORE', ACTIVE, k) or redis.call('SISMEMBER', CAPPED, k) == 1
       or redis.call('ZSCORE', THROTTLED, k) or redis.call('LLEN', backlog(k)) == 0 then
     return
   end
-  redis.call('ZADD', ACTIVE, fmt(math.max(hnum(VT, k, 0), vclock())), k)
+  redis.call('ZADD', ACTIVE, fmt(math.max(vt_of(k), vclock())), k)
 end
 
 local function untrack_if_empty(k)
@@ -109,25 +202,27 @@ local function untrack_if_empty(k)
   end
 end
 
--- Cost correction or refund. The key's place in `active` follows its new
--- virtual time, but never below V: V itself only moves forward.
+-- Cost correction or refund. The key's place in `active` (if it has one:
+-- XX) follows its new virtual time, but never below V: V itself only moves
+-- forward.
 local function adjust_vt(k, delta)
-  local vt = hnum(VT, k, 0) + delta
-  redis.call('HSET', VT, k, fmt(vt))
-  if redis.call('ZSCORE', ACTIVE, k) then
-    redis.call('ZADD', ACTIVE, fmt(math.max(vt, vclock())), k)
-  end
+  local vt = vt_of(k) + delta
+  kset(k, 'vt', fmt(vt))
+  redis.call('ZADD', ACTIVE, 'XX', fmt(math.max(vt, vclock())), k)
 end
+
+local function set_in_flight(k, n) kset(k, 'n', string.format('%d', math.max(0, n))) end
 
 -- A released or running job stops counting against the window and its key's
 -- cap. A capped key is made eligible again without checking its cap here:
 -- release checks caps when it picks the key (caps may have been lowered).
+-- Only a key with a cap can be in `capped` (submit lets a key out when its
+-- cap is removed).
 local function leave_flight(id, job)
+  count_flight(-1)
   redis.call('ZREM', INFLIGHT, id)
-  if redis.call('HINCRBY', INFLIGHT_N, job.k, -1) <= 0 then
-    redis.call('HDEL', INFLIGHT_N, job.k)
-  end
-  if redis.call('SREM', CAPPED, job.k) == 1 then activate(job.k) end
+  set_in_flight(job.k, in_flight_of(job.k) - 1)
+  if cap_of(job.k) > 0 and redis.call('SREM', CAPPED, job.k) == 1 then activate(job.k) end
 end
 
 -- Back to the front of its backlog: it was first in line when it left.
@@ -152,12 +247,12 @@ end
 -- Token bucket "tokens_per_s:burst", state "tokens:updated_at". Returns 0 when
 -- a token was taken (or the key has no rate), else the seconds until one is.
 local function take_token(k, now)
-  local spec = redis.call('HGET', RATE, k)
+  local spec = key(k).rate
   if not spec then return 0 end
   local per_s, burst = string.match(spec, '^([^:]+):([^:]+)$')
   per_s, burst = tonumber(per_s), tonumber(burst)
   local tokens, at = burst, now
-  local state = redis.call('HGET', BUCKET, k)
+  local state = key(k).bucket
   if state then
     local t, a = string.match(state, '^([^:]+):([^:]+)$')
     t, a = tonumber(t), tonumber(a)
@@ -166,27 +261,50 @@ local function take_token(k, now)
     at = math.max(a, now)
   end
   if tokens >= 1 - TOKEN_EPSILON then
-    redis.call('HSET', BUCKET, k, fmt(math.max(0, tokens - 1)) .. ':' .. fmt(at))
+    kset(k, 'bucket', fmt(math.max(0, tokens - 1)) .. ':' .. fmt(at))
     return 0
   end
-  redis.call('HSET', BUCKET, k, fmt(tokens) .. ':' .. fmt(at))
+  kset(k, 'bucket', fmt(tokens) .. ':' .. fmt(at))
   return (1 - tokens) / per_s
 end
 
 -- The sum of live workers' slots plus headroom; before any worker registers,
 -- default_window + headroom, so jobs already wait in the Celery queue when
--- the first worker comes up. O(workers), not O(users).
+-- the first worker comes up. Computed from the registrations (O(workers))
+-- only when the cached sum has lapsed: the first registration expiry since
+-- it was taken, or a register / unregister.
 local function window(now, default_window, headroom)
-  local live = redis.call('ZRANGEBYSCORE', WORKERS, '(' .. fmt(now), '+inf')
-  if #live == 0 then return default_window + headroom end
-  local total = 0
-  for _, slots in ipairs(redis.call('HMGET', SLOTS, unpack(live))) do
-    total = total + (tonumber(slots) or 0)
+  local m = M()
+  local valid_from = tonumber(m.wa)
+  local valid_until = m.wu == 'never' and math.huge or tonumber(m.wu)
+  if not (valid_from and valid_until and now >= valid_from and now < valid_until) then
+    local live = redis.call('ZRANGEBYSCORE', WORKERS, '(' .. fmt(now), '+inf', 'WITHSCORES')
+    local names, total, first_expiry = {}, 0, math.huge
+    for i = 1, #live, 2 do
+      names[#names + 1] = live[i]
+      first_expiry = math.min(first_expiry, tonumber(live[i + 1]))
+    end
+    if #names > 0 then
+      for _, slots in ipairs(redis.call('HMGET', SLOTS, unpack(names))) do
+        total = total + (tonumber(slots) or 0)
+      end
+    end
+    mset('ws', string.format('%d', total))
+    mset('wn', string.format('%d', #names))
+    mset('wa', fmt(now))
+    mset('wu', first_expiry == math.huge and 'never' or fmt(first_expiry))
+    mset('fl', string.format('%d', redis.call('ZCARD', INFLIGHT)))
   end
-  return total + headroom
+  if tonumber(m.wn) == 0 then return default_window + headroom end
+  return tonumber(m.ws) + headroom
 end
 
+-- Worker registrations changed: the next window() counts them again.
+local function forget_window() mset('wu', false) end
+
 local function promote_due(now)
+  local nd = M().nd
+  if nd == 'none' or (nd and tonumber(nd) > now) then return end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', DELAYED, '-inf', fmt(now), 'LIMIT', 0, BATCH)) do
     redis.call('ZREM', DELAYED, id)
     local job = load_job(id)
@@ -207,6 +325,12 @@ local function promote_due(now)
     redis.call('ZREM', THROTTLED, k)
     activate(k)
   end
+  local next_due = math.huge
+  for _, set in ipairs({DELAYED, THROTTLED}) do
+    local head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+    if #head > 0 then next_due = math.min(next_due, tonumber(head[2])) end
+  end
+  mset('nd', next_due == math.huge and 'none' or fmt(next_due))
 end
 
 -- Start-time fair queueing: the eligible key with the smallest virtual start
@@ -218,7 +342,7 @@ end
 local function release(now, lease_s, default_window, headroom, limit)
   promote_due(now)
   local out = {}
-  local room = window(now, default_window, headroom) - redis.call('ZCARD', INFLIGHT)
+  local room = window(now, default_window, headroom) - in_flight_total()
   if limit > 0 then room = math.min(room, limit) end
   if room <= 0 then return out end
   -- V is read once and written once per call. A key's score in `active` is
@@ -233,8 +357,8 @@ local function release(now, lease_s, default_window, headroom, limit)
     local head = redis.call('ZRANGE', ACTIVE, 0, 0, 'WITHSCORES')
     if #head == 0 then break end
     local k = head[1]
-    local cap = hnum(CAP, k, 0)
-    if cap > 0 and hnum(INFLIGHT_N, k, 0) >= cap then
+    local cap = cap_of(k)
+    if cap > 0 and in_flight_of(k) >= cap then
       redis.call('ZREM', ACTIVE, k)
       redis.call('SADD', CAPPED, k)
     else
@@ -242,20 +366,23 @@ local function release(now, lease_s, default_window, headroom, limit)
       if wait > 0 then
         redis.call('ZREM', ACTIVE, k)
         redis.call('ZADD', THROTTLED, fmt(now + wait), k)
+        note_due(now + wait)
       else
         local id = redis.call('LPOP', backlog(k))
-        local job = load_job(id)
+        local stored = redis.call('HMGET', JOBS, 'j' .. id, 'p' .. id)
+        local job = cjson.decode(stored[1])
         local start = math.max(tonumber(head[2]), v)
         local finish = start + job.c / weight(k)
         v = start
-        redis.call('HSET', VT, k, fmt(finish))
+        kset(k, 'vt', fmt(finish))
         if redis.call('LLEN', backlog(k)) > 0 then
           redis.call('ZADD', ACTIVE, fmt(finish), k)
         else
           redis.call('ZREM', ACTIVE, k)
         end
+        count_flight(1)
         redis.call('ZADD', INFLIGHT, fmt(now + lease_s), id)
-        redis.call('HINCRBY', INFLIGHT_N, k, 1)
+        set_in_flight(k, in_flight_of(k) + 1)
         -- The tag its submitter announced (a task-sent event for Flower) on
         -- the first release of a message, then the clock's: a message id
         -- is never pushed twice.
@@ -264,7 +391,7 @@ local function release(now, lease_s, default_window, headroom, limit)
         job.r = nil
         job.t = nil
         save_job(id, job)
-        local message = string.gsub(redis.call('HGET', PAYLOAD, id), RELEASE_TAG, job_tag)
+        local message = string.gsub(stored[2], RELEASE_TAG, job_tag)
         if QUEUE then redis.call('LPUSH', QUEUE, message) end
         out[#out + 1] = id
         out[#out + 1] = message
@@ -272,7 +399,7 @@ local function release(now, lease_s, default_window, headroom, limit)
       end
     end
   end
-  if v ~= v0 then redis.call('SET', VCLOCK, fmt(v)) end
+  if v ~= v0 then mset('V', fmt(v)) end
   return out
 end
 
@@ -285,24 +412,27 @@ local function submit(a, now)
   local delayed = due and due > now
 
   -- Known in any state: nothing changes (one command, which also records the job).
-  if redis.call('HSETNX', JOBS, id, cjson.encode({k = k, c = cost, s = delayed and 'delayed' or 'held', t = first_tag})) == 0 then
+  if redis.call('HSETNX', JOBS, 'j' .. id,
+      cjson.encode({k = k, c = cost, s = delayed and 'delayed' or 'held', t = first_tag})) == 0 then
     return 0
   end
 
+  -- A submit that repeats the key's settings (the service sends the whole
+  -- policy with every job) changes nothing.
   local policy = new_weight .. '|' .. new_cap .. '|' .. new_rate
-  if policy ~= '||' and redis.call('HGET', POLICY, k) ~= policy then
-    redis.call('HSET', POLICY, k, policy)
-    if new_weight ~= '' then redis.call('HSET', WEIGHT, k, new_weight) end
+  if policy ~= '||' and key(k).pol ~= policy then
+    kset(k, 'pol', policy)
+    if new_weight ~= '' then kset(k, 'w', new_weight) end
     if new_cap == '0' then
-      redis.call('HDEL', CAP, k)
+      kset(k, 'cap', false)
     elseif new_cap ~= '' then
-      redis.call('HSET', CAP, k, new_cap)
+      kset(k, 'cap', new_cap)
     end
     if new_rate == '0' then
-      redis.call('HDEL', RATE, k)
-      redis.call('HDEL', BUCKET, k)
+      kset(k, 'rate', false)
+      kset(k, 'bucket', false)
     elseif new_rate ~= '' then
-      redis.call('HSET', RATE, k, new_rate)
+      kset(k, 'rate', new_rate)
     end
     -- New limits apply at once: a key parked for its old cap or rate becomes
     -- eligible again, and the next release re-checks it against the new ones.
@@ -312,13 +442,14 @@ local function submit(a, now)
     end
   end
 
-  redis.call('HSET', PAYLOAD, id, payload)
+  redis.call('HSET', JOBS, 'p' .. id, payload)
   if delayed then
     redis.call('ZADD', DELAYED, fmt(due), id)
+    note_due(due)
   elseif redis.call('RPUSH', backlog(k), id) == 1 then
     -- The backlog was empty, so the key was in none of active, capped and
     -- throttled (the invariant above `activate`): it activates.
-    redis.call('ZADD', ACTIVE, fmt(math.max(hnum(VT, k, 0), vclock())), k)
+    redis.call('ZADD', ACTIVE, fmt(math.max(vt_of(k), vclock())), k)
   end
   return 1
 end

@@ -34,6 +34,7 @@ if token ~= '' then
   local clash = redis.call('HGET', CLASHES, name)
   if clash and cjson.decode(clash).token == token then redis.call('HDEL', CLASHES, name) end
 end
+forget_window()
 redis.call('ZADD', WORKERS, fmt(expires_at), name)
 redis.call('HSET', SLOTS, name, slots)
 return 1

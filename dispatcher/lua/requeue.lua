@@ -15,7 +15,7 @@ local payload = ARGV[5]
 local job = load_job(id)
 if not job or (job.s ~= 'released' and job.s ~= 'running') then return 0 end
 if payload and payload ~= '' then
-  redis.call('HSET', PAYLOAD, id, payload)
+  redis.call('HSET', JOBS, 'p' .. id, payload)
   job.t = ARGV[7] ~= '' and ARGV[7] or nil
 end
 adjust_vt(job.k, (actual - job.c) / weight(job.k))
@@ -25,6 +25,7 @@ if due and due > now then
   job.f = 1
   save_job(id, job)
   redis.call('ZADD', DELAYED, fmt(due), id)
+  note_due(due)
 else
   put_back(id, job)
   -- Handed back, not reaped: a late start() from the attempt that let it go

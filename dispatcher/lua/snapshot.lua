@@ -8,15 +8,21 @@ local states = {}
 for _, k in ipairs(redis.call('ZRANGE', ACTIVE, 0, -1)) do states[k] = 'active' end
 for _, k in ipairs(redis.call('SMEMBERS', CAPPED)) do states[k] = 'capped' end
 for _, k in ipairs(redis.call('ZRANGE', THROTTLED, 0, -1)) do states[k] = 'throttled' end
-for _, k in ipairs(redis.call('HKEYS', INFLIGHT_N)) do states[k] = states[k] or 'in_flight_only' end
+-- Keys with jobs in flight but nothing waiting: found through the jobs in
+-- flight (O(window)).
+local in_flight = redis.call('ZRANGE', INFLIGHT, 0, -1)
+for _, id in ipairs(in_flight) do
+  local job = load_job(id)
+  if job then states[job.k] = states[job.k] or 'in_flight_only' end
+end
 
 local keys, held = {}, 0
 for k, state in pairs(states) do
   local n = redis.call('LLEN', backlog(k))
   held = held + n
   keys[k] = {
-    state = state, backlog = n, in_flight = hnum(INFLIGHT_N, k, 0),
-    weight = weight(k), cap = hnum(CAP, k, 0), vt = hnum(VT, k, 0),
+    state = state, backlog = n, in_flight = in_flight_of(k),
+    weight = weight(k), cap = cap_of(k), vt = vt_of(k),
   }
 end
 -- Worker names that two live processes claim (register_worker): name ->
@@ -34,7 +40,7 @@ return cjson.encode({
   totals = {
     active_keys = redis.call('ZCARD', ACTIVE), capped_keys = redis.call('SCARD', CAPPED),
     throttled_keys = redis.call('ZCARD', THROTTLED), held = held,
-    in_flight = redis.call('ZCARD', INFLIGHT), delayed = redis.call('ZCARD', DELAYED),
+    in_flight = #in_flight, delayed = redis.call('ZCARD', DELAYED),
     window = window(now, default_window, headroom), V = vclock(),
   },
 })

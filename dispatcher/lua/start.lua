@@ -13,7 +13,8 @@ if not job or job.s == 'delayed' or job.r then return 0 end
 if job.s == 'held' then
   redis.call('LREM', backlog(job.k), 1, id)
   untrack_if_empty(job.k)
-  redis.call('HINCRBY', INFLIGHT_N, job.k, 1)
+  set_in_flight(job.k, in_flight_of(job.k) + 1)
+  count_flight(1)
 end
 redis.call('ZADD', INFLIGHT, fmt(now + lease_s), id)
 job.s = 'running'

@@ -10,6 +10,7 @@ if token ~= '' then
   local holder = redis.call('HGET', TOKENS, name)
   if holder and holder ~= token then return 0 end
 end
+forget_window()
 redis.call('ZREM', WORKERS, name)
 redis.call('HDEL', SLOTS, name)
 redis.call('HDEL', TOKENS, name)

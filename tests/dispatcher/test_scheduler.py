@@ -259,7 +259,7 @@ def test_finish_corrects_the_estimate_with_the_actual_cost(sched):
     assert sched.snapshot(now=0)["totals"]["V"] == 0
     # start 0, charged 2/2, corrected by (10 - 2)/2
     assert sched.known("u-0") is None
-    assert float(sched._client.hget(sched.prefix + "vt", "u")) == pytest.approx(5.0)
+    assert float(sched._client.hget(sched.prefix + "k:u", "vt")) == pytest.approx(5.0)
 
 
 def test_requeue_puts_a_job_back_first_and_refunds_its_charge(sched):
@@ -270,7 +270,7 @@ def test_requeue_puts_a_job_back_first_and_refunds_its_charge(sched):
     assert sched.requeue("u-2")
     assert not sched.requeue("u-2")
     assert sched.known("u-2") == "held"
-    assert float(sched._client.hget(sched.prefix + "vt", "u")) == pytest.approx(8.0)
+    assert float(sched._client.hget(sched.prefix + "k:u", "vt")) == pytest.approx(8.0)
     assert sched.finish("u-0", now=0) == [("u-2", "msg u-2")]
 
 
@@ -281,7 +281,7 @@ def test_a_retry_pays_for_its_attempt_and_rejoins_the_front_of_its_backlog_when_
     assert sched.requeue("u-0", actual_cost=1.0, due=10, now=0)
     assert sched.known("u-0") == "delayed"
     # charged 3 x 4 at release, then 1 instead of 4 for the failed attempt
-    assert float(sched._client.hget(sched.prefix + "vt", "u")) == pytest.approx(9.0)
+    assert float(sched._client.hget(sched.prefix + "k:u", "vt")) == pytest.approx(9.0)
     # before it is due the freed slot goes to the next job, not to the retry
     assert [j for j, _ in sched.release(now=5)] == ["u-3"]
     # once due it goes ahead of u-4, which waited behind it all along
