@@ -48,8 +48,9 @@ Only a window of jobs is released at a time: the live workers' slots plus a
 headroom of queued jobs, none on the cpu lane (a finish releases into its
 own slot and pushes the message before the slot asks for one, so no slot
 waits and a newcomer queues behind no released job), a few on the io lane. Every state change (submit, release,
-start, heartbeat, finish, requeue, reap, cancel) is one Lua script over keys
-sharing the hash tag "{fair:<lane>}", so it is atomic for any number of web
+start, heartbeat, finish, requeue, reap, cancel) is one call of a Lua function
+(a Redis 7 function library, loaded on first use) over keys sharing the hash
+tag "{fair:<lane>}", so it is atomic for any number of web
 processes and workers; a job id is accepted once, popped once, hence released
 once. Released jobs are leased (`release_lease_s` until a worker starts them,
 `run_lease_s` renewed by heartbeats while they run); `reap` puts expired ones

@@ -1,8 +1,9 @@
-"""`FairScheduler`: the Python face of one fair lane's Lua scripts.
+"""`FairScheduler`: the Python face of one fair lane's Lua functions.
 
-Every rule lives in the scripts in `lua/` so that it runs atomically inside
-Redis, however many web processes and workers call at once; this module only
-marshals arguments, documents the contract and types the results.
+Every rule lives in the Lua in `lua/` (one Redis function library, Redis 7
+or Valkey) so that it runs atomically inside Redis, however many web
+processes and workers call at once; this module only marshals arguments,
+documents the contract and types the results.
 
 One clock: every lease, due time, worker registration and token bucket is
 compared against Redis's own clock (`TIME` inside the scripts), never against
@@ -14,6 +15,7 @@ production code never passes them.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -27,20 +29,38 @@ import redis
 Released = tuple[str, str]
 
 _LUA_DIR = Path(__file__).with_name("lua")
-# One file per operation; `_lib.lua` holds the helpers they share and is
-# prepended to each, because EVALSHA scripts cannot import one another.
+# One file per operation; `_lib.lua` holds the helpers they share.
 _SCRIPT_NAMES = (
     "submit", "submit_release", "release", "start", "heartbeat", "finish",
     "requeue", "reap", "cancel", "register_worker", "unregister_worker", "snapshot",
 )
-# Each operation runs as a function so that, however it returns, `flush()`
-# writes what the call changed in its per-call caches (see `_lib.lua`) last.
-_PRELUDE = (_LUA_DIR / "_lib.lua").read_text()
-_SOURCES = {
-    name: f"{_PRELUDE}\nlocal function operation()\n{(_LUA_DIR / f'{name}.lua').read_text()}\nend\n"
-          "local result = operation()\nflush()\nreturn result\n"
-    for name in _SCRIPT_NAMES
-}
+
+
+def _library() -> tuple[str, dict[str, str]]:
+    """The Redis function library (its source) and each operation's function name.
+
+    A library, not EVAL scripts: its helpers are defined once when it loads,
+    where a script would define all of them again on every call. Its name
+    carries a digest of the source, so processes running another version of
+    this code (a rolling deploy) call their own functions, never this one's.
+    Each function starts the call (`begin`: the lane's key names, empty
+    caches) and, however the operation returns, ends it with `flush()`,
+    which writes what the call changed (see `_lib.lua`).
+    """
+    prelude = (_LUA_DIR / "_lib.lua").read_text()
+    bodies = {name: (_LUA_DIR / f"{name}.lua").read_text() for name in _SCRIPT_NAMES}
+    name = "fairlane_" + hashlib.sha1("\0".join([prelude, *bodies.values()]).encode()).hexdigest()[:16]
+    functions = {op: f"{name}_{op}" for op in _SCRIPT_NAMES}
+    parts = [f"#!lua name={name}", prelude]
+    for op, body in bodies.items():
+        parts.append(f"local function op_{op}(KEYS, ARGV)\n{body}\nend\n"
+                     f"redis.register_function('{functions[op]}', function(keys, args)\n"
+                     f"  begin(keys)\n  local result = op_{op}(keys, args)\n  flush()\n  return result\nend)\n")
+    return "\n".join(parts), functions
+
+
+_LIBRARY, _FUNCTIONS = _library()
+
 # The version of the keys' layout, part of every key name: state written in
 # another layout is never misread, it is ignored (and the reconcilers submit
 # its jobs again from the database). 2: one hash per fairness key, the lane's
@@ -131,17 +151,32 @@ class FairScheduler:
         self.prefix = f"{{fair:{lane}}}:{LAYOUT}:"
         self.queue = queue
         self._keys = [self.prefix] if queue is None else [self.prefix, queue]
-        # register_script only hashes the source; the script is sent once, on
-        # the first NOSCRIPT reply, and called by SHA after that.
-        self._scripts = {name: client.register_script(src) for name, src in _SOURCES.items()}
+        self._loaded = False  # the function library, as far as this object knows
 
     @property
     def client(self) -> redis.Redis:
         """The Redis client, for callers that keep small state beside the lane's."""
         return self._client
 
-    def _run(self, script: str, *args: Any) -> Any:
-        return self._scripts[script](keys=self._keys, args=args)
+    def _run(self, op: str, *args: Any) -> Any:
+        call = (_FUNCTIONS[op], len(self._keys), *self._keys, *args)
+        try:
+            return self._client.fcall(*call)
+        except redis.ResponseError as exc:
+            # Not loaded yet, or lost with the server's data (a restart
+            # without persistence): load it and call again.
+            if "function not found" not in str(exc).lower():
+                raise
+        self._load()
+        return self._client.fcall(*call)
+
+    def _load(self) -> None:
+        try:
+            self._client.function_load(_LIBRARY)
+        except redis.ResponseError as exc:
+            if "already exists" not in str(exc):  # another process loaded it first
+                raise
+        self._loaded = True
 
     def _release_args(self, now: float | None) -> tuple[float, float, int, int]:
         return (_now(now), self.release_lease_s, self.default_window, self.headroom)
@@ -179,8 +214,10 @@ class FairScheduler:
         args = self._submit_args(job_id, key, cost=cost, payload=payload, weight=weight, cap=cap, rate=rate, due=due,
                                  delay_s=delay_s, tag=tag, now=now)
         if client is not None:
-            return self._scripts["submit"](keys=self._keys, args=args, client=client)
-        return bool(self._scripts["submit"](keys=self._keys, args=args))
+            if not self._loaded:  # a pipeline cannot load on a miss and retry
+                self._load()
+            return client.fcall(_FUNCTIONS["submit"], len(self._keys), *self._keys, *args)
+        return bool(self._run("submit", *args))
 
     def submit_and_release(self, job_id: str, key: str, **fields: Any) -> tuple[bool, list[Released]]:
         """`submit` then `release`, in one script call: the hot path of a

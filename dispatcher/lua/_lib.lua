@@ -1,22 +1,21 @@
--- Shared prelude, prepended by scheduler.py to every script in this folder so
--- that each script file holds only its own operation.
+-- Shared prelude of the dispatcher's Redis function library: scheduler.py
+-- builds the library from it and one function per script file in this
+-- folder, each file holding only its own operation. Loaded once (FUNCTION
+-- LOAD), so the helpers below are defined once, not on every call as a
+-- script's would be: that alone was a sixth of the dispatcher's Redis CPU.
 --
--- KEYS[1] is the lane prefix "{fair:<lane>}:" and every key below is derived
--- from it. Redis Cluster wants a script's keys declared in KEYS; it accepts
+-- KEYS[1] is the lane prefix "{fair:<lane>}:<layout>:" and every key below is
+-- derived from it when a call begins (`begin`). Redis Cluster wants a script's keys declared in KEYS; it accepts
 -- derived keys when they hash to the declared key's slot, which the shared
 -- "{fair:<lane>}" hash tag guarantees (and a cluster client routes the call by
 -- KEYS[1]).
 --
 -- Numbers are written with %.17g: Redis would otherwise format Lua numbers
 -- with %.14g, and the virtual clock would drift by rounding on every write.
-local P = KEYS[1]
+local P, JOBS, ACTIVE, CAPPED, THROTTLED, DELAYED, INFLIGHT, WORKERS, SLOTS, META, TOKENS, CLASHES, QUEUE
 -- jobs: 'j' .. id -> the job's record, 'p' .. id -> its message. One hash, so
 -- that a release reads both and a finish forgets both in one command; the
 -- prefixes keep any two ids' fields apart.
-local JOBS = P .. 'jobs'
-local ACTIVE, CAPPED, THROTTLED = P .. 'active', P .. 'capped', P .. 'throttled'
-local DELAYED, INFLIGHT = P .. 'delayed', P .. 'inflight'
-local WORKERS, SLOTS = P .. 'workers', P .. 'slots'
 -- The lane's own numbers, read with one HMGET per call and written with one
 -- HSET at its end (see `flush`): V, the virtual clock; nd, a time no later
 -- than the earliest delayed job or throttled key ('none': there are none), so
@@ -25,15 +24,12 @@ local WORKERS, SLOTS = P .. 'workers', P .. 'slots'
 -- register_worker and unregister_worker invalidate it); fl, the number of
 -- jobs in flight (ZCARD of `inflight`, counted again whenever the workers
 -- are, so that no mistake could last).
-local META = P .. 'meta'
 -- Which process holds each live worker name (its instance token), and the
 -- names another live process tried to register as well: name -> JSON
 -- {token = the refused one, ['until'] = when the record lapses}.
-local TOKENS, CLASHES = P .. 'worker_token', P .. 'worker_clash'
 -- The Celery queue (a kombu Redis list) that release pushes messages to;
 -- absent: release only returns them. Not under the hash tag: in Redis
 -- Cluster the lane's queue must be made to share the lane's slot.
-local QUEUE = KEYS[2]
 -- Where a stored message (dispatcher/message.py) carries its release tag.
 local RELEASE_TAG = '~release~'
 
@@ -72,10 +68,25 @@ local function backlog(k) return P .. 'q:' .. k end
 -- Per-call caches. Every script reads the lane's numbers (META) and each
 -- fairness key's settings and state (one hash per key, below) at most once,
 -- changes them in these tables, and writes each changed hash once when it
--- ends (scheduler.py appends the `flush()`): a job's release touches one key
--- hash twice in commands, not six hashes a dozen times.
+-- ends (every function calls `flush()` last: scheduler.py): a job's release
+-- touches one key hash twice in commands, not six hashes a dozen times.
 local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl'}
-local meta, meta_loaded, meta_dirty = nil, {}, {}
+local meta, meta_loaded, meta_dirty
+local key_cache, key_loaded, key_dirty
+
+-- A call begins: the lane's key names, empty caches.
+local function begin(keys)
+  P = keys[1]
+  JOBS = P .. 'jobs'
+  ACTIVE, CAPPED, THROTTLED = P .. 'active', P .. 'capped', P .. 'throttled'
+  DELAYED, INFLIGHT = P .. 'delayed', P .. 'inflight'
+  WORKERS, SLOTS = P .. 'workers', P .. 'slots'
+  META = P .. 'meta'
+  TOKENS, CLASHES = P .. 'worker_token', P .. 'worker_clash'
+  QUEUE = keys[2]
+  meta, meta_loaded, meta_dirty = nil, {}, {}
+  key_cache, key_loaded, key_dirty = {}, {}, {}
+end
 
 local function M()
   if not meta then
@@ -99,7 +110,6 @@ end
 -- flight) and pol (the settings "weight|cap|rate" as submit last applied
 -- them). Absent fields are false here; a field set to false is deleted.
 local KEY_FIELDS = {'vt', 'w', 'cap', 'rate', 'bucket', 'n', 'pol'}
-local key_cache, key_loaded, key_dirty = {}, {}, {}
 local function key_hash(k) return P .. 'k:' .. k end
 
 local function key(k)
