@@ -183,7 +183,8 @@ def main() -> None:
                     "this checkout": ROOT}
         result = {
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "server": subprocess.run([str(_server_binary()), "--version"], capture_output=True, text=True).stdout.strip(),
+            "server": subprocess.run([str(_server_binary()), "--version"], capture_output=True,
+                                     text=True).stdout.strip(),
             "workload": {"users": USERS, "jobs_per_user": JOBS_PER_USER, "slots": 2, "message_bytes": 1420},
             "server_start_stop_instructions": base,
             "versions": {name: measure(code, work, base) for name, code in versions.items()},
