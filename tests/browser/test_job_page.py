@@ -62,6 +62,11 @@ def test_a_portrait_video_fits_the_window(
     assert player.evaluate("v => [v.videoWidth, v.videoHeight]") == [360, 640]  # mid-ladder: 360p first
     assert_fits_window(page, 360 / 640)
     page.set_viewport_size({"width": 700, "height": 500})  # a small window: still all of it in view
+    # The page refits on its resize event, which Chromium dispatches after
+    # set_viewport_size has returned: wait for it (a page that never refits
+    # fails here), then check the fit.
+    page.wait_for_function("() => document.getElementById('player').getBoundingClientRect().bottom <= innerHeight",
+                           timeout=10_000)
     assert_fits_window(page, 360 / 640)
     screenshot(page, "job-page-portrait")
 
