@@ -283,13 +283,29 @@ CELERY_TASK_ACKS_LATE = True
 # https://docs.celeryq.dev/en/stable/userguide/configuration.html#task-reject-on-worker-lost
 CELERY_TASK_REJECT_ON_WORKER_LOST = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# Redis redelivers unacknowledged messages after this. It must exceed the
-# longest allowed job (FAIRLANE_TIME_LIMIT_MAX_S plus the queue wait) or long
-# jobs would be delivered twice; detecting lost jobs is the job lease's work
+# With fair dispatch off (the FIFO comparison), Redis redelivers
+# unacknowledged messages after this. It must exceed the longest allowed job
+# (FAIRLANE_TIME_LIMIT_MAX_S plus the queue wait) or long jobs would be
+# delivered twice; detecting lost jobs is the job lease's work
 # (FAIRLANE_JOB_LEASE_S, seconds), never this timeout's. A redelivery after it
 # finds the job finished and is dropped.
+#
+# With fair dispatch on, kombu's acknowledgement emulation is off: every
+# message on a fair lane was released by the dispatcher under a lease, and
+# the lease is what brings back a job whose worker died holding it (reap),
+# so kombu's own copy (a MULTI/ZADD/HSET on every delivery, a MULTI/ZREM/HDEL
+# on every ack: 8 of plain Celery's 14 Redis commands per job) would be a
+# second mechanism doing the same work. Unacknowledged messages are still
+# restored at a warm shutdown (kombu keeps them in memory). The one cost: a
+# periodic task published straight to a lane (fair_reconcile,
+# backend_cleanup) that a killed worker held is lost, and runs again at its
+# next period. docs/reliability.md, "Leases".
+# Fair dispatch off only to compare with plain FIFO Celery; the product runs
+# with it on.
+FAIR_DISPATCH_ENABLED = env_bool("FAIR_DISPATCH_ENABLED", True)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", str(6 * 3600))),
+    "ack_emulation": not FAIR_DISPATCH_ENABLED,
 }
 CELERY_TASK_SEND_SENT_EVENT = True
 CELERY_WORKER_SEND_TASK_EVENTS = True
@@ -301,8 +317,6 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # import the project's Celery module).
 FAIR_CELERY_APP = "project.celery.app"
 FAIR_REDIS_URL = os.environ.get("FAIR_REDIS_URL", REDIS_URL)
-# Off only to compare with plain FIFO Celery; the product runs with it on.
-FAIR_DISPATCH_ENABLED = env_bool("FAIR_DISPATCH_ENABLED", True)
 FAIR_LANES = {
     # headroom: released jobs beyond live worker slots, waiting in the queue;
     # a newcomer may have to wait behind each of them. A finish releases and

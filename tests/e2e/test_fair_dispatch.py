@@ -44,6 +44,21 @@ def test_a_light_user_overtakes_a_heavy_backlog(workers, redis_client):
     assert started_before_light < 20
 
 
+def test_a_delivered_message_is_covered_by_the_dispatcher_s_lease_not_by_a_copy_in_the_broker(workers, redis_client):
+    """kombu's acknowledgement emulation is off on fair lanes (settings,
+    docs/reliability.md "Leases"): a running job's only record is the
+    dispatcher's lease, not also a copy of its message in kombu's `unacked`
+    hash, which cost 8 Redis commands per job."""
+    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
+    sched.clear()
+    assert dispatcher.enqueue("bench.cpu.spin", ["leased-0", "leased", 2000], task_id="leased-0", fair_key="leased",
+                              cost=2.0)
+    wait_for(lambda: sched.known("leased-0") == "running", 30, "the job to run (its start reported)")
+    assert redis_client.hlen("unacked") == 0 and redis_client.zcard("unacked_index") == 0
+    wait_for(lambda: "leased-0" in runs(redis_client), 30, "the job to finish")
+    assert sched.known("leased-0") is None
+
+
 def test_every_accepted_job_completes_when_redis_is_flushed_mid_run(workers, redis_client, make_user,
                                                                     api_client_for, tmp_path):
     user = make_user("flushy")
