@@ -55,7 +55,9 @@ processes and workers; a job id is accepted once, popped once, hence released
 once. Released jobs are leased (`release_lease_s` until a worker starts them,
 `run_lease_s` renewed by heartbeats while they run); `reap` puts expired ones
 back at the front of their backlog, so a process killed at any point loses no
-job. Per-key concurrency caps and token-bucket rate limits park a key in
+job. They are the only redelivery a fair lane needs, so kombu's emulation of
+acknowledgements (a copy of every delivered message in Redis until its ack)
+is off while fair dispatch is on (project/settings.py). Per-key concurrency caps and token-bucket rate limits park a key in
 `capped` / `throttled` until a finish or a token makes it eligible again;
 delayed jobs wait in a due-time set, not in Celery ETAs (which sit in worker
 memory and fight the broker's visibility timeout). Every hot-path operation is
