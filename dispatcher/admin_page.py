@@ -64,7 +64,10 @@ def lanes_snapshot() -> list[dict]:
             row["share_pct"] = round(100 * row["share"], 1)
             rows.append(row)
         rows.sort(key=lambda k: (-k["backlog"], -k["in_flight"], -k["share"], k["key"]))
-        lanes.append({"lane": lane.value, "totals": snap["totals"], "keys": rows,
+        # Two live processes started with one node name: the second's slots
+        # do not count (scheduler.register_worker), which operators must see.
+        clashes = [{"name": name, **clash} for name, clash in sorted(snap["worker_clashes"].items())]
+        lanes.append({"lane": lane.value, "totals": snap["totals"], "keys": rows, "worker_clashes": clashes,
                       "has_usage": lane.value in settings.FAIR_USAGE_PROVIDERS})
     return lanes
 
