@@ -390,6 +390,19 @@ def test_a_submitters_tag_names_the_first_release_only(sched):
     assert third not in ("id=job@s1", "id=job@s2", again)
 
 
+def test_every_placeholder_in_a_message_gets_the_tag_and_nothing_else_changes(sched):
+    """A Celery message holds its id in several places (task id, root id,
+    correlation id, delivery tag); the release replaces each, as plain text
+    (characters that mean something to a Lua pattern or to gsub's
+    replacement stay as they are)."""
+    payload = (f'{{"id": "j@{RELEASE_TAG}", "root_id": "j@{RELEASE_TAG}", "odd": "100% .*[^$]~release @{RELEASE_TAG}",'
+               f' "tail": "{RELEASE_TAG}"}}{RELEASE_TAG}')
+    assert sched.submit("j", "k", payload=payload, tag="s%1", now=0)
+    assert sched.submit("plain", "k", payload="no placeholder here: 100% ~release", now=0)
+    assert sched.release(now=0) == [("j", payload.replace(RELEASE_TAG, "s%1")),
+                                    ("plain", "no placeholder here: 100% ~release")]
+
+
 def test_a_job_submitted_without_a_tag_is_released_under_the_clocks(sched):
     assert sched.submit("plain", "k", payload=f"id=plain@{RELEASE_TAG}", now=0)
     assert sched.pending_tags(["plain"]) == [None]
