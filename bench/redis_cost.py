@@ -121,6 +121,8 @@ def plot(result: dict, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", default=BASELINE, help="git ref of the version to compare with")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep callgrind's output files (for callgrind_annotate --inclusive=yes)")
     args = parser.parse_args()
     if not shutil.which("valgrind"):
         sys.exit("valgrind is needed (apt-get install valgrind)")
@@ -149,7 +151,10 @@ def main() -> None:
         print(f"this checkout / baseline: {result['instructions_ratio']:.3f}x instructions;"
               f" wrote {RESULTS / 'redis_cost.json'} and redis_cost.png")
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"callgrind's output: {work}/callgrind.*.out")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
