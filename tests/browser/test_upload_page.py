@@ -66,3 +66,24 @@ def test_a_user_uploads_three_files_and_watches_them_all_succeed(
     )
     assert played["width"] == 160 and played["height"] == 120
     assert 0.8 < played["duration"] < 1.5
+
+
+def test_files_picked_before_the_page_has_finished_loading_are_sent(
+    workers, make_person, page, site_login, tmp_path
+):
+    """The picker is in the page before the script that handles it: a pick
+    in between fires its change event with nobody listening. Held here by
+    stalling the tus client's script, which the page loads before its own."""
+    dina = make_person("dina")
+    picked = tmp_path / "early.png"
+    Image.new("RGB", (64, 48), (40, 140, 240)).save(picked)
+    site_login(page, dina)
+    held = []
+    page.route("**/tus-js-client-*.js", lambda route: held.append(route))  # answered once the pick is made
+    page.goto("/", wait_until="commit")
+    page.wait_for_selector("#picker", state="attached")
+    while not held:
+        page.wait_for_timeout(20)
+    page.set_input_files("#picker", [str(picked)])
+    held[0].continue_()
+    expect(page.locator("#sending .batch-status")).to_have_text("1 file(s) accepted.")
