@@ -57,12 +57,12 @@ once. Released jobs are leased (`release_lease_s` until a worker starts them,
 back at the front of their backlog, so a process killed at any point loses no
 job. They are the only redelivery a fair lane needs, so kombu's emulation of
 acknowledgements (a copy of every delivered message in Redis until its ack)
-is off while fair dispatch is on (project/settings.py). Per-key concurrency caps and token-bucket rate limits park a key in
-`capped` / `throttled` until a finish or a token makes it eligible again;
-delayed jobs wait in a due-time set, not in Celery ETAs (which sit in worker
-memory and fight the broker's visibility timeout). Every hot-path operation is
-O(log keys); nothing scans or polls: `next_wakeup` tells the ticker how long it
-may sleep.
+is off while fair dispatch is on (project/settings.py). Per-key concurrency
+caps and token-bucket rate limits park a key in `capped` / `throttled` until
+a finish or a token makes it eligible again; delayed jobs wait in a due-time
+set, not in Celery ETAs (which sit in worker memory and fight the broker's
+visibility timeout). Every hot-path operation is O(log keys); nothing scans
+or polls: `next_wakeup` tells the ticker how long it may sleep.
 
 Redis is not the source of truth: the database's job rows are. After Redis
 loses data, `clear` and resubmitting the unfinished rows rebuild the lane.

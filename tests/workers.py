@@ -58,6 +58,26 @@ RUNNING: list[Workers] = []
 
 
 @contextmanager
+def worker_name_clash(name: str, lane: str = "cpu-transcode") -> Iterator[tuple[str, str]]:
+    """Two live processes registered as worker `name` on `lane`: the first
+    holds the name, the second is refused (scheduler.register_worker).
+    Yields (holder, refused) tokens; both go at the end. 0 slots, so the
+    window of whatever else runs in the session stays as it is."""
+    import dispatcher
+    from project.lanes import Lane
+
+    sched = dispatcher.scheduler(Lane(lane))
+    holder, refused = "111@host-a/1700000000", "222@host-b/1700000001"
+    assert sched.register_worker(name, 0, ttl_s=120, token=holder)
+    try:
+        assert not sched.register_worker(name, 0, ttl_s=120, token=refused)
+        yield holder, refused
+    finally:
+        sched.unregister_worker(name, token=refused)  # its clash record goes
+        sched.unregister_worker(name, token=holder)
+
+
+@contextmanager
 def lane_paused(lane: str) -> Iterator[None]:
     """No running worker consumes `lane` inside the block: for tests that
     play the worker themselves (call the task's service) while the session's

@@ -22,13 +22,28 @@ def reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def decoder_failure(code: str, message: str, exc: BaseException) -> Exception:
+def decoder_failure(code: str, message: str, exc: BaseException, *, needs_bytes: int = 0) -> Exception:
     """What a decoder's error means for the job: MemoryError when it ran out
     of memory (in a decoding child: the budget of transcoding/sandbox.py, so
     `resource_limit`), else MediaError(code, message). Decoders report that
     in their own ways: libav as ENOMEM, or EAGAIN when a decoding thread
     cannot get its stack; Pillow as an OSError "out of memory when reading
-    image file"."""
+    image file"; and some not at all (libavcodec's H.264 decoder with one
+    thread reports invalid data). So a caller that knows what the decode
+    needs at the least (`needs_bytes`: a few frames of the declared size)
+    has it checked: when this process cannot even allocate that much, the
+    failure is the budget's, not the file's."""
     if getattr(exc, "errno", None) in (errno.ENOMEM, errno.EAGAIN) or "out of memory" in str(exc):
         return MemoryError(str(exc))
+    if needs_bytes and not _can_allocate(needs_bytes):
+        return MemoryError(f"{needs_bytes} bytes do not fit: {exc}")
     return MediaError(code, message)
+
+
+def _can_allocate(size: int) -> bool:
+    try:
+        block = bytearray(size)
+    except MemoryError:
+        return False
+    del block
+    return True

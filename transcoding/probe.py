@@ -417,23 +417,9 @@ def _probe_av(path: Path, limits: Limits) -> Probe:
 
 
 # A video decoder holds a few decoded frames at once (references, the frame
-# being built): fewer than this many of the stream's size in memory and no
-# valid file of that size could be decoded either.
+# being built): fewer than this many 8-bit 4:2:0 frames of the stream's size
+# in memory and no valid file of that size could be decoded either.
 DECODER_FRAMES = 4
-
-
-def _frames_fit(width: int, height: int, count: int) -> bool:
-    """Whether this process can still allocate `count` 8-bit 4:2:0 frames of
-    the stream's declared size. Asked when a decode failed: a decoder that
-    cannot allocate its frames within the sandbox's memory budget does not
-    always say ENOMEM (libavcodec's H.264 decoder with a single thread
-    reports invalid data), and that is a resource limit, not a broken file."""
-    try:
-        frames = bytearray(width * height * 3 // 2 * count)
-    except MemoryError:
-        return False
-    del frames
-    return True
 
 
 def _default_audio(audios: list) -> av.audio.stream.AudioStream | None:
@@ -516,9 +502,8 @@ def _read_first_frame(probe: Probe, path: Path, stream_index: int) -> None:
             frame = next(container.decode(container.streams[stream_index]), None)
             field_order, stream_trc = ctx.field_order, ctx.color_trc
     except av.error.FFmpegError as exc:
-        if not _frames_fit(width, height, DECODER_FRAMES):
-            raise MemoryError(f"{DECODER_FRAMES} frames of {width}x{height} do not fit: {exc}") from exc
-        raise decoder_failure("decode_failed", f"The video could not be decoded: {reason(exc)}.", exc) from exc
+        raise decoder_failure("decode_failed", f"The video could not be decoded: {reason(exc)}.", exc,
+                              needs_bytes=width * height * 3 // 2 * DECODER_FRAMES) from exc
     if frame is None:
         raise MediaError("decode_failed", "The video has no decodable frame.")
     probe.rotation = int(round(frame.rotation or 0)) % 360

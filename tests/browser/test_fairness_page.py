@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 
 import dispatcher
 from project.lanes import Lane
+from tests.workers import worker_name_clash
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -116,11 +117,8 @@ def test_the_fairness_page_shows_each_users_backlog(held_jobs, make_person, page
 def test_the_fairness_page_warns_of_two_workers_with_one_name(make_person, page, admin_login, screenshot):
     """The second of two live processes named alike is refused (its slots do
     not count): the page says which, above the lane's table."""
-    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
-    name, holder, refused = "cpu@browser-clash-test", "111@host-a/1700000000", "222@host-b/1700000001"
-    assert sched.register_worker(name, 0, ttl_s=120, token=holder)  # 0 slots: no other test's window changes
-    try:
-        assert not sched.register_worker(name, 0, ttl_s=120, token=refused)
+    name = "cpu@browser-clash-test"
+    with worker_name_clash(name) as (_, refused):
         admin_login(page, make_person("olga", staff=True))
         page.goto("/admin/fairness/")
         warning = page.locator("#lane-cpu-transcode .worker-clash")
@@ -129,6 +127,3 @@ def test_the_fairness_page_warns_of_two_workers_with_one_name(make_person, page,
         expect(warning).to_contain_text(f"{refused} was refused")
         expect(page.locator("#lane-io-notify .worker-clash")).to_have_count(0)
         screenshot(page, "fairness-page-worker-clash")
-    finally:
-        sched.unregister_worker(name, token=refused)
-        sched.unregister_worker(name, token=holder)

@@ -82,8 +82,11 @@ def test_files_picked_before_the_page_has_finished_loading_are_sent(
     page.route("**/tus-js-client-*.js", lambda route: held.append(route))  # answered once the pick is made
     page.goto("/", wait_until="commit")
     page.wait_for_selector("#picker", state="attached")
-    while not held:
+    for _ in range(500):  # Playwright's sync API hands over the route only inside its own calls
+        if held:
+            break
         page.wait_for_timeout(20)
+    assert held, "the page did not ask for the tus client's script within 10 s"
     page.set_input_files("#picker", [str(picked)])
     held[0].continue_()
     expect(page.locator("#sending .batch-status")).to_have_text("1 file(s) accepted.")

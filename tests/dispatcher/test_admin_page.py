@@ -7,6 +7,7 @@ import pytest
 
 import dispatcher
 from project.lanes import Lane
+from tests.workers import worker_name_clash
 
 pytestmark = pytest.mark.django_db
 
@@ -110,16 +111,9 @@ def test_the_admin_index_links_the_fairness_page_and_states_are_words(admin_clie
 def test_the_page_names_a_worker_refused_because_another_live_process_has_its_name(admin_client):
     """Two processes started with one node name: the second's slots do not
     count (scheduler.register_worker); the staff page says so, per lane."""
-    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
-    name, holder, refused = "cpu@page-clash-test", "111@host-a/1700000000", "222@host-b/1700000001"
-    # 0 slots: the window of whatever else runs in this session stays as it is.
-    assert sched.register_worker(name, 0, ttl_s=60, token=holder)
-    try:
-        assert not sched.register_worker(name, 0, ttl_s=60, token=refused)
+    name = "cpu@page-clash-test"
+    with worker_name_clash(name) as (holder, refused):
         lanes = {lane["lane"]: lane for lane in admin_client.get("/admin/fairness/data/").json()["lanes"]}
         assert lanes["cpu-transcode"]["worker_clashes"] == [{"name": name, "registered": holder, "refused": refused}]
         assert lanes["io-notify"]["worker_clashes"] == []
-    finally:
-        sched.unregister_worker(name, token=refused)  # its clash record goes
-        sched.unregister_worker(name, token=holder)
     assert all(not lane["worker_clashes"] for lane in admin_client.get("/admin/fairness/data/").json()["lanes"])
