@@ -309,6 +309,12 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 CELERY_TASK_SEND_SENT_EVENT = True
 CELERY_WORKER_SEND_TASK_EVENTS = True
+# Task events leave the worker in batches, at most this long after they
+# happen (project/event_batching.py): one Redis PUBLISH per batch instead of
+# one per event, and none in the loop between a task's end and the next
+# fetch. Flower sees a task's state change up to this much later.
+CELERY_WORKER_CONSUMER = "project.event_batching:Consumer"
+FAIRLANE_EVENT_FLUSH_S = float(os.environ.get("FAIRLANE_EVENT_FLUSH_S", "0.1"))
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 

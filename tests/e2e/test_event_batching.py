@@ -1,0 +1,57 @@
+"""A worker's task events leave in batches (project/event_batching.py), not
+one Redis PUBLISH each, and the batch still open when the worker stops is
+sent then: Flower loses no task's end."""
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import pytest
+import redis
+from django.conf import settings
+
+from bench.harness import Worker
+from tests import workers
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+TASK_EVENTS = ("task-received", "task-started", "task-succeeded")
+
+
+def task_event_batches(pubsub: redis.client.PubSub) -> list[list[dict]]:
+    """Each task-event message published so far, as its list of events."""
+    batches = []
+    while (message := pubsub.get_message(timeout=0.2)) is not None:
+        if message["type"] != "pmessage" or not message["channel"].endswith(b"celeryev/task.multi"):
+            continue
+        envelope = json.loads(message["data"])
+        batches.append(json.loads(base64.b64decode(envelope["body"])))
+    return batches
+
+
+def test_a_task_s_events_wait_for_the_batch_and_the_last_batch_is_sent_at_shutdown(tmp_path):
+    from project.celery import app
+
+    pubsub = redis.Redis.from_url(settings.CELERY_BROKER_URL).pubsub()
+    pubsub.psubscribe("*celeryev*")
+    # Longer than this test can take: a batch can only leave at shutdown.
+    env = {"DATABASE_URL": workers.test_database_url(), "FAIRLANE_EVENT_FLUSH_S": "600"}
+    with workers.lane_paused("io-notify"):
+        worker = Worker("io-notify", pool="threads", concurrency=2, name="io-events", log_dir=tmp_path,
+                        suffix="events", loglevel="INFO", env=env, extra_args=())
+        try:
+            worker.wait_ready()
+            task_id = app.send_task("project.fair_reconcile", queue="io-notify").id
+            deadline = time.monotonic() + 60
+            while not any(task_id in line and "succeeded" in line for line in worker.log_tail(400).splitlines()):
+                assert time.monotonic() < deadline, f"the task did not run; worker log:\n{worker.log_tail()}"
+                time.sleep(0.2)
+            # Run and done, and not one of its events has left the worker.
+            assert not [e for batch in task_event_batches(pubsub) for e in batch if e.get("uuid") == task_id]
+        finally:
+            worker.stop()
+    ours = [[e["type"] for e in batch if e.get("uuid") == task_id] for batch in task_event_batches(pubsub)]
+    # All three in one message, sent when the worker stopped.
+    assert [types for types in ours if types] == [list(TASK_EVENTS)]
+    pubsub.close()
