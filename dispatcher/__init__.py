@@ -47,8 +47,13 @@ whatever the other backlogs hold.
 Only a window of jobs is released at a time: the live workers' slots plus a
 headroom of queued jobs, none on the cpu lane (a finish releases into its
 own slot and pushes the message before the slot asks for one, so no slot
-waits and a newcomer queues behind no released job), a few on the io lane. Every state change (submit, release,
-start, heartbeat, finish, requeue, reap, cancel) is one call of a Lua function
+waits and a newcomer queues behind no released job), a few on the io lane.
+Releases happen where the room or the eligible keys may have changed: a
+finish, a submit that made its key eligible (a job joining a key eligible
+already changes neither: the last release left the window full or no key
+eligible), and the workers' ticker after registrations, reaps and due
+times. Every state change (submit, release, start, heartbeat, finish,
+requeue, reap, cancel) is one call of a Lua function
 (a Redis 7 function library, loaded on first use) over keys sharing the hash
 tag "{fair:<lane>}", so it is atomic for any number of web
 processes and workers; a job id is accepted once, popped once, hence released

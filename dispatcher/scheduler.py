@@ -225,7 +225,10 @@ class FairScheduler:
 
     def submit_and_release(self, job_id: str, key: str, **fields: Any) -> tuple[bool, list[Released]]:
         """`submit` then `release`, in one script call: the hot path of a
-        single enqueue. Takes the same keyword arguments as `submit`."""
+        single enqueue. The release runs only when the submit made its key
+        eligible: a job joining an eligible key cannot make room or a key
+        (see the package docstring). Takes the same keyword arguments as
+        `submit`."""
         accepted, *released = self._run(
             "submit_release", *self._submit_args(job_id, key, **fields), *self._release_args(None)[1:])
         return bool(accepted), _pairs(released)

@@ -432,17 +432,27 @@ local function release(now, lease_s, default_window, headroom, limit)
 end
 
 -- submit(job_id, key, cost, payload, weight, cap, rate, due, now, delay, tag): see submit.lua.
-local function submit(a, now)
+-- Returns 1 (accepted) or 0 (known already), and whether a key became
+-- eligible: only then can a release that follows find anything new. Every
+-- call that releases leaves the window full or no key eligible, so a job
+-- joining a key that was eligible already waits for the next finish (or
+-- the ticker's release, when the window grew meanwhile) like the jobs ahead
+-- of it; skipping the release then saves reading the lane's numbers and
+-- the clock.
+local function submit(a)
   local id, k, cost, payload = a[1], a[2], tonumber(a[3]), a[4]
   local first_tag = a[11] ~= '' and a[11] or nil
   local new_weight, new_cap, new_rate = a[5], a[6], a[7]
+  local now
+  if a[8] ~= '' or a[10] ~= '' then now = clock(a[9]) end
   local due = due_time(a[8], a[10], now)
   local delayed = due and due > now
+  local woke = false
 
   -- Known in any state: nothing changes (one command, which also records the job).
   if redis.call('HSETNX', JOBS, 'j' .. id,
       cjson.encode({k = k, c = cost, s = delayed and 'delayed' or 'held', t = first_tag})) == 0 then
-    return 0
+    return 0, false
   end
 
   -- A submit that repeats the key's settings (the service sends the whole
@@ -466,7 +476,10 @@ local function submit(a, now)
     -- eligible again, and the next release re-checks it against the new ones.
     if new_cap ~= '' or new_rate ~= '' then
       local parked = redis.call('SREM', CAPPED, k) + redis.call('ZREM', THROTTLED, k)
-      if parked > 0 then activate(k) end
+      if parked > 0 then
+        activate(k)
+        woke = true
+      end
     end
   end
 
@@ -478,6 +491,7 @@ local function submit(a, now)
     -- The backlog was empty, so the key was in none of active, capped and
     -- throttled (the invariant above `activate`): it activates.
     redis.call('ZADD', ACTIVE, fmt(math.max(vt_of(k), vclock())), k)
+    woke = true
   end
-  return 1
+  return 1, woke
 end

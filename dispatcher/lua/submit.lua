@@ -7,4 +7,4 @@
 -- changes nothing when the job id is known in any state: duplicate or
 -- concurrent submitters cannot put one job in twice, which is what makes
 -- release exactly-once. Does not release (submit_release.lua does).
-return submit(ARGV, clock(ARGV[9]))
+return (submit(ARGV))

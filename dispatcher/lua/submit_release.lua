@@ -1,8 +1,9 @@
 -- submit_release(job_id, key, cost, payload, weight, cap, rate, due, now, delay, tag,
 --                release_lease_s, default_window, headroom) -> {accepted, id, payload, ...}
--- submit then release, in one call: the hot path of a single enqueue.
-local now = clock(ARGV[9])
-local accepted = submit(ARGV, now)
-local out = release(now, tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), 0)
+-- submit then release, in one call: the hot path of a single enqueue. The
+-- release runs only when the submit made a key eligible (see `submit`).
+local accepted, woke = submit(ARGV)
+local out = {}
+if woke then out = release(clock(ARGV[9]), tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), 0) end
 table.insert(out, 1, accepted)
 return out

@@ -18,10 +18,12 @@ from bench import dispatch_workload
 from bench.ports import free_port
 
 USERS, JOBS_PER_USER = 20, 5
-# Steady state of a lane with backlogs: a submit finds no room (it stores the
-# job and reads the window); a finish corrects its key's charge, forgets the
-# job and releases one, pushing its message. The FCALL itself counted.
-SUBMIT_BUDGET, FINISH_BUDGET = 9.0, 19.0
+# Steady state of a lane with backlogs: a submit stores the job and, only
+# when it made its key eligible (its first job here), reads the clock and
+# the window to release (6.5 on average with 5 jobs per key); a finish corrects its key's
+# charge, forgets the job and releases one, pushing its message. The FCALL
+# itself counted.
+SUBMIT_BUDGET, FINISH_BUDGET = 7.0, 19.0
 
 
 @pytest.fixture
