@@ -385,13 +385,24 @@ class FairScheduler:
     def pending_tags(self, job_ids: list[str]) -> list[tuple[str, str] | None]:
         """(tag, key) for each job whose next message id carries a tag its
         submitter chose (`submit(tag=)`) and that was not released since; else None."""
-        return [(job["t"], job["k"]) if job and job.get("t") else None for job in self._records(job_ids)]
+        return [(job["t"], job["k"]) if job and job["s"] in ("held", "delayed") and job.get("t") else None
+                for job in self._records(job_ids)]
 
     def _records(self, job_ids: list[str]) -> list[dict | None]:
+        """The jobs' records, a released job's state named: the scripts
+        leave a released job's record as it was held (lua/_lib.lua,
+        `load_job`), in `inflight`."""
         if not job_ids:
             return []
-        raws = self._client.hmget(self.prefix + "jobs", [f"j{job_id}" for job_id in job_ids])
-        return [None if raw is None else json.loads(raw) for raw in raws]
+        with self._client.pipeline(transaction=True) as pipe:
+            pipe.hmget(self.prefix + "jobs", [f"j{job_id}" for job_id in job_ids])
+            pipe.zmscore(self.prefix + "inflight", job_ids)
+            raws, leases = pipe.execute()
+        records = [None if raw is None else json.loads(raw) for raw in raws]
+        for record, lease in zip(records, leases):
+            if record is not None and record["s"] == "held" and lease is not None:
+                record["s"] = "released"
+        return records
 
     def time(self) -> float:
         """Redis's clock, the one the scripts compare against."""

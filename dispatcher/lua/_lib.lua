@@ -183,7 +183,11 @@ end
 -- A job record is {k = fairness key, c = estimated cost, s = state, t = the
 -- message id's tag for its next release when its submitter chose one}; the
 -- payload (a whole Celery message) sits in its own field so that state
--- changes never decode or re-encode it.
+-- changes never decode or re-encode it. s is 'held', 'delayed' or
+-- 'running'; a released job is a held one in `inflight` (`in_flight`): a
+-- release leaves the record as it is, one write less per job, so its tag is
+-- dropped where a job comes back for another release instead (reap,
+-- requeue).
 local function load_job(id)
   local raw = redis.call('HGET', JOBS, 'j' .. id)
   if raw then return cjson.decode(raw) end
@@ -246,12 +250,20 @@ local function set_in_flight(k, n) kset(k, 'n', string.format('%d', math.max(0, 
 -- release checks caps when it picks the key (caps may have been lowered).
 -- Only a key with a cap can be in `capped` (submit lets a key out when its
 -- cap is removed).
-local function leave_flight(id, job)
+-- `left_flight` when the caller has taken it out of `inflight` itself.
+local function left_flight(job)
   count_flight(-1)
-  redis.call('ZREM', INFLIGHT, id)
   set_in_flight(job.k, in_flight_of(job.k) - 1)
   if cap_of(job.k) > 0 and redis.call('SREM', CAPPED, job.k) == 1 then activate(job.k) end
 end
+
+local function leave_flight(id, job)
+  redis.call('ZREM', INFLIGHT, id)
+  left_flight(job)
+end
+
+-- Released or running (a held record in `inflight` is a released job).
+local function in_flight(id) return redis.call('ZSCORE', INFLIGHT, id) ~= false end
 
 -- Back to the front of its backlog: it was first in line when it left.
 local function put_back(id, job)
@@ -415,10 +427,12 @@ local function release(now, lease_s, default_window, headroom, limit)
         -- the first release of a message, then the clock's: a message id
         -- is never pushed twice.
         local job_tag = job.t or tag
-        job.s = 'released'
-        job.r = nil
-        job.t = nil
-        save_job(id, job)
+        -- The record stays as it is (see load_job): only a hand-back's mark
+        -- goes, so that this release's message may start.
+        if job.r then
+          job.r = nil
+          save_job(id, job)
+        end
         local message = replace_plain(stored[2], RELEASE_TAG, job_tag)
         if QUEUE then redis.call('LPUSH', QUEUE, message) end
         out[#out + 1] = id

@@ -4,7 +4,7 @@
 -- calls finish.
 local id = ARGV[1]
 local job = load_job(id)
-if not job or (job.s ~= 'held' and job.s ~= 'delayed') then return 0 end
+if not job or (job.s ~= 'held' and job.s ~= 'delayed') or in_flight(id) then return 0 end
 drop_waiting(id, job)
 forget_job(id)
 return 1

@@ -8,9 +8,9 @@ local id, actual = ARGV[1], tonumber(ARGV[2])
 local now, lease_s, default_window, headroom = clock(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local job = load_job(id)
 if job then
-  if job.s == 'released' or job.s == 'running' then
+  if redis.call('ZREM', INFLIGHT, id) == 1 then  -- released or running
     if actual then adjust_vt(job.k, (actual - job.c) / weight(job.k)) end
-    leave_flight(id, job)
+    left_flight(job)
   else
     drop_waiting(id, job)
   end

@@ -8,6 +8,7 @@ local expired = redis.call('ZREVRANGEBYSCORE', INFLIGHT, fmt(now), '-inf', 'LIMI
 for _, id in ipairs(expired) do
   local job = load_job(id)
   leave_flight(id, job)
+  job.t = nil  -- its last release's tag is spent: the next release uses its own
   put_back(id, job)
 end
 return expired

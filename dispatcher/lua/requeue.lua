@@ -13,7 +13,10 @@ local id, actual, now = ARGV[1], tonumber(ARGV[2]) or 0, clock(ARGV[4])
 local due = due_time(ARGV[3], ARGV[6], now)
 local payload = ARGV[5]
 local job = load_job(id)
-if not job or (job.s ~= 'released' and job.s ~= 'running') then return 0 end
+if not job or not in_flight(id) then return 0 end
+-- The tag of its last release is spent: the next one carries the new
+-- message's tag, or the release's own.
+job.t = nil
 if payload and payload ~= '' then
   redis.call('HSET', JOBS, 'p' .. id, payload)
   job.t = ARGV[7] ~= '' and ARGV[7] or nil

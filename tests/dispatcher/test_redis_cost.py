@@ -21,9 +21,10 @@ USERS, JOBS_PER_USER = 20, 5
 # Steady state of a lane with backlogs: a submit stores the job and, only
 # when it made its key eligible (its first job here), reads the clock and
 # the window to release (6.5 on average with 5 jobs per key); a finish corrects its key's
-# charge, forgets the job and releases one, pushing its message. The FCALL
+# charge, forgets the job and releases one, pushing its message, without
+# rewriting the released job's record (18.1; 18.9 when it did). The FCALL
 # itself counted.
-SUBMIT_BUDGET, FINISH_BUDGET = 7.0, 19.0
+SUBMIT_BUDGET, FINISH_BUDGET = 7.0, 18.5
 
 
 @pytest.fixture

@@ -66,6 +66,10 @@ class Job:
     handed_back: bool = False  # job.r
     front: bool = False  # job.f
     tag: str | None = None  # job.t: the submitter's tag for the next release's message id
+    # What job.t holds while the job is released or running: the tag its
+    # release used (a release leaves the record as it is), until reap or
+    # requeue drops it.
+    spent_tag: str | None = None
 
 
 @dataclass
@@ -212,7 +216,7 @@ class Model:
             self.inflight_n[key] = self.inflight_n.get(key, 0) + 1
             job.state, job.handed_back = "released", False
             self.pushed.append((job_id, job.payload.replace(RELEASE_TAG, job.tag or tag)))
-            job.tag = None
+            job.tag, job.spent_tag = None, job.tag
             out.append(job_id)
             room -= 1
         return out
@@ -293,6 +297,7 @@ class Model:
         job = self.jobs.get(job_id)
         if job is None or job.state not in ("released", "running"):
             return False
+        job.tag = job.spent_tag = None  # the scripts drop the record's tag: spent or not, it is not reused
         if payload:
             job.payload, job.tag = payload, tag or None
         self.adjust_vt(job.key, (actual - job.cost) / self.weight.get(job.key, 1.0))
@@ -310,6 +315,7 @@ class Model:
                          key=lambda j: (self.inflight[j], j), reverse=True)
         for job_id in expired:
             self.leave_flight(job_id)
+            self.jobs[job_id].tag = self.jobs[job_id].spent_tag = None  # as requeue
             self.put_back(job_id)
         return expired
 
@@ -505,9 +511,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         scored = lambda pairs: {text(member): score for member, score in pairs}  # noqa: E731
 
         records = {text(f)[1:]: json.loads(raw) for f, raw in jobs.items() if text(f).startswith("j")}
+        # A release leaves the record as it was held: state and tag.
         assert records == {
-            i: {"k": j.key, "c": j.cost, "s": j.state, **({"r": 1} if j.handed_back else {}),
-                **({"f": 1} if j.front else {}), **({"t": j.tag} if j.tag else {})}
+            i: {"k": j.key, "c": j.cost, "s": "held" if j.state == "released" else j.state,
+                **({"r": 1} if j.handed_back else {}), **({"f": 1} if j.front else {}),
+                **({"t": t} if (t := j.tag or j.spent_tag) else {})}
             for i, j in m.jobs.items()
         }
         payloads = {text(f)[1:]: text(body) for f, body in jobs.items() if text(f).startswith("p")}
