@@ -271,7 +271,7 @@ def burst(r: Runner, mode: str, n: int) -> dict:
 TWO_HEAVY_MS = {"two_heavy": (50, 500), "two_heavy_20ms": (20, 200)}
 
 
-def two_heavy(r: Runner, mode: str, a_ms: int = 50, b_ms: int = 500) -> dict:
+def two_heavy(r: Runner, mode: str, a_ms: int, b_ms: int) -> dict:
     """Users A (a_ms jobs) and B (b_ms jobs, 10x) submit at the same pace
     (A, B, A, B, ...), then A alone, plus 5 light users trickling a_ms jobs;
     about 13 s of work either way. FIFO gives B ten times A's worker time;
@@ -526,14 +526,16 @@ def table(res: dict, targets: dict) -> str:
     row("weights 1:2:4: shares (Jain)", [f"{fmt(w[m]['shares'])} ({w[m]['jain_weighted']:.2f})" for m in MODES],
         "0.143 : 0.286 : 0.571, >= 0.98", "weights_within_5pct_and_jain_ge_098")
     t = res["two_heavy"]
-    row("two heavy (50 ms / 500 ms): shares A : B", [f"{t[m]['shares']['heavyA']:.3f} : {t[m]['shares']['heavyB']:.3f}"
-                                               for m in MODES], "0.5 : 0.5 +-10%", "two_heavy_within_10pct_of_equal")
+    a_ms, b_ms = TWO_HEAVY_MS["two_heavy"]
+    row(f"two heavy ({a_ms} ms / {b_ms} ms): shares A : B",
+        [f"{t[m]['shares']['heavyA']:.3f} : {t[m]['shares']['heavyB']:.3f}" for m in MODES],
+        "0.5 : 0.5 +-10%", "two_heavy_within_10pct_of_equal")
     row("the same: worker utilisation while backlogged", [f"{t[m]['utilisation']:.3f}" for m in MODES], ">= 0.98",
         "cost_skew_utilisation_ge_098")
     row("the same: idle slot time per job started", [f"{t[m]['idle_ms_per_job']:.1f} ms" for m in MODES])
     if "two_heavy_20ms" in res:
-        t20 = res["two_heavy_20ms"]
-        row("the same at 20 ms / 200 ms: utilisation", [f"{t20[m]['utilisation']:.3f}" for m in MODES])
+        t20, (a_ms, b_ms) = res["two_heavy_20ms"], TWO_HEAVY_MS["two_heavy_20ms"]
+        row(f"the same at {a_ms} ms / {b_ms} ms: utilisation", [f"{t20[m]['utilisation']:.3f}" for m in MODES])
     nn = res["noop"]
     row(f"{NOOP_USERS} users' no-op jobs: jobs per second (median of {NOOP_ROUNDS})",
         [f"{nn[m]['throughput_per_s']:.0f}/s ({nn[m]['throughput_per_s'] / nn['fifo']['throughput_per_s']:.2f})"
@@ -571,7 +573,8 @@ def plot(res: dict, path: Path) -> None:
                    label="queue per user's p99 (target)")
         ax.legend(loc="upper right")
     ax = axes[2]
-    labels = ["w1", "w2", "w4", "A (50ms)", "B (500ms)"]
+    a_ms, b_ms = TWO_HEAVY_MS["two_heavy"]
+    labels = ["w1", "w2", "w4", f"A ({a_ms}ms)", f"B ({b_ms}ms)"]
     x = list(range(len(labels)))
     for i, mode in enumerate(MODES):
         values = [res["weighted"][mode]["shares"][k] for k in ("w1", "w2", "w4")] + [
@@ -614,8 +617,7 @@ def main() -> int:
         r = Runner(workers["per-user"].name)
         res: dict = {}
         per_mode = {"burst_200": lambda m: burst(r, m, 200), "burst_2000": lambda m: burst(r, m, 2000),
-                    "two_heavy": lambda m: two_heavy(r, m, *TWO_HEAVY_MS["two_heavy"]),
-                    "two_heavy_20ms": lambda m: two_heavy(r, m, *TWO_HEAVY_MS["two_heavy_20ms"]),
+                    **{name: (lambda m, ms=ms: two_heavy(r, m, *ms)) for name, ms in TWO_HEAVY_MS.items()},
                     "weighted": lambda m: weighted(r, m)}
         for name in chosen:
             t = time.monotonic()

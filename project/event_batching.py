@@ -50,6 +50,8 @@ class Consumer(CeleryConsumer):
         now = time.monotonic()
         with self._event_flush_lock:
             armed_at = self._event_flush_armed_at
+            # Twice the period and a second: a loop busy with a long callback
+            # runs its timers late, and a late timer is not a lost one.
             if armed_at is not None and now - armed_at < 2 * settings.FAIRLANE_EVENT_FLUSH_S + 1:
                 return
             self._event_flush_armed_at = now
