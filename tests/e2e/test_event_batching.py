@@ -6,10 +6,12 @@ from __future__ import annotations
 import base64
 import json
 import time
+import uuid
 
 import pytest
 import redis
 from django.conf import settings
+from kombu import Queue
 
 from bench.harness import Worker
 from tests import workers
@@ -35,22 +37,26 @@ def test_a_task_s_events_wait_for_the_batch_and_the_last_batch_is_sent_at_shutdo
 
     pubsub = redis.Redis.from_url(settings.CELERY_BROKER_URL).pubsub()
     pubsub.psubscribe("*celeryev*")
-    # Longer than this test can take: a batch can only leave at shutdown.
-    env = {"DATABASE_URL": workers.test_database_url(), "FAIRLANE_EVENT_FLUSH_S": "600"}
-    with workers.lane_paused("io-notify"):
-        worker = Worker("io-notify", pool="threads", concurrency=2, name="io-events", log_dir=tmp_path,
-                        suffix="events", loglevel="INFO", env=env, extra_args=())
-        try:
-            worker.wait_ready()
-            task_id = app.send_task("project.fair_reconcile", queue="io-notify").id
-            deadline = time.monotonic() + 60
-            while not any(task_id in line and "succeeded" in line for line in worker.log_tail(400).splitlines()):
-                assert time.monotonic() < deadline, f"the task did not run; worker log:\n{worker.log_tail()}"
-                time.sleep(0.2)
-            # Run and done, and not one of its events has left the worker.
-            assert not [e for batch in task_event_batches(pubsub) for e in batch if e.get("uuid") == task_id]
-        finally:
-            worker.stop()
+    # A queue of its own, not a lane: other tests' jobs (a webhook's retry,
+    # say) would fill Celery's buffer (24 events) and send ours early.
+    queue = f"events-test-{uuid.uuid4().hex}"
+    # A flush period longer than this test can take: a batch can only leave at shutdown.
+    env = {"DATABASE_URL": workers.test_database_url(), "FAIRLANE_EVENT_FLUSH_S": "600",
+           "FAIRLANE_TEST_QUEUE": queue}
+    worker = Worker(queue, pool="threads", concurrency=2, name="io-events", log_dir=tmp_path,
+                    suffix="events", loglevel="INFO", env=env, extra_args=(),
+                    app="tests.e2e.private_queue_app")
+    try:
+        worker.wait_ready()
+        task_id = app.send_task("project.fair_reconcile", queue=Queue(queue)).id
+        deadline = time.monotonic() + 60
+        while not any(task_id in line and "succeeded" in line for line in worker.log_tail(400).splitlines()):
+            assert time.monotonic() < deadline, f"the task did not run; worker log:\n{worker.log_tail()}"
+            time.sleep(0.2)
+        # Run and done, and not one of its events has left the worker.
+        assert not [e for batch in task_event_batches(pubsub) for e in batch if e.get("uuid") == task_id]
+    finally:
+        worker.stop()
     ours = [[e["type"] for e in batch if e.get("uuid") == task_id] for batch in task_event_batches(pubsub)]
     # All three in one message, sent when the worker stopped.
     assert [types for types in ours if types] == [list(TASK_EVENTS)]
