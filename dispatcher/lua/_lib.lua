@@ -473,6 +473,8 @@ local function submit(a)
   -- policy with every job) changes nothing.
   local policy = new_weight .. '|' .. new_cap .. '|' .. new_rate
   if policy ~= '||' and key(k).pol ~= policy then
+    -- Only a key with a cap can be in capped, and one with a rate in throttled.
+    local may_be_parked = key(k).cap or key(k).rate
     kset(k, 'pol', policy)
     if new_weight ~= '' then kset(k, 'w', new_weight) end
     if new_cap == '0' then
@@ -488,7 +490,7 @@ local function submit(a)
     end
     -- New limits apply at once: a key parked for its old cap or rate becomes
     -- eligible again, and the next release re-checks it against the new ones.
-    if new_cap ~= '' or new_rate ~= '' then
+    if may_be_parked and (new_cap ~= '' or new_rate ~= '') then
       local parked = redis.call('SREM', CAPPED, k) + redis.call('ZREM', THROTTLED, k)
       if parked > 0 then
         activate(k)
