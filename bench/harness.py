@@ -8,6 +8,7 @@ and private to the run unless BENCH_REDIS_URL is given).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,6 +52,14 @@ class Environment:
             self.redis_proc.wait()
 
 
+# A worker outlives its test or benchmark when that process is killed (a
+# timeout, ^C): it has a session of its own, so that it can be signalled
+# as a group. Left running, it would take the next run's jobs from the
+# same Redis. SIGTERM when its parent dies (Linux's parent-death signal,
+# kept across the exec of any wrapper): a warm shutdown, children included.
+DIE_WITH_PARENT: tuple[str, ...] = ("setpriv", "--pdeathsig", "TERM", "--") if shutil.which("setpriv") else ()
+
+
 class Worker:
     """One Celery worker process on one lane, started the way the Procfile
     starts it (the benchmarks, and the tests in tests/workers.py and
@@ -70,9 +79,9 @@ class Worker:
         self.lane = lane
         self.log = log_dir / f"{name}.log"
         self.proc = subprocess.Popen(
-            [*wrapper, str(BIN / "celery"), "-A", app, "worker", "-Q", lane, "-P", pool, "-c", str(concurrency),
-             "-n", self.name, *(["--include", ",".join(include)] if include else []), "-l", loglevel,
-             "--without-mingle", "--without-gossip", *extra_args],
+            [*DIE_WITH_PARENT, *wrapper, str(BIN / "celery"), "-A", app, "worker", "-Q", lane, "-P", pool,
+             "-c", str(concurrency), "-n", self.name, *(["--include", ",".join(include)] if include else []),
+             "-l", loglevel, "--without-mingle", "--without-gossip", *extra_args],
             cwd=ROOT, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, **self.PROCFILE_ENV.get(lane, {}), **(env or {})},
         )
