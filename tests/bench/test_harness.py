@@ -8,10 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from bench.harness import ROOT
+from tests.procfs import running
+from tests.promise import wait_for
 
 STARTER = """
 import sys, time
@@ -25,14 +26,6 @@ time.sleep(600)
 """
 
 
-def alive(pid: int) -> bool:
-    """Running, not a zombie waiting for a parent that is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
 def test_a_worker_stops_when_the_process_that_started_it_is_killed(tmp_path):
     starter = subprocess.Popen([sys.executable, "-c", STARTER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
                                text=True, env={**os.environ, "FAIRLANE_VAR_DIR": str(tmp_path)})
@@ -40,16 +33,11 @@ def test_a_worker_stops_when_the_process_that_started_it_is_killed(tmp_path):
     try:
         # Celery itself runs (its interpreter, no longer a wrapper): the
         # parent-death signal was set before that.
-        deadline = time.monotonic() + 60
-        while not Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"python"):
-            assert time.monotonic() < deadline, "the worker never started"
-            time.sleep(0.05)
+        wait_for(lambda: Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"python"), 60,
+                 "the worker to start", every=0.05)
         starter.kill()  # as a timeout or ^C ends a run: no cleanup of its own
         starter.wait()
-        deadline = time.monotonic() + 60
-        while alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not alive(pid), "the worker outlived the process that started it"
+        wait_for(lambda: not running(pid), 60, "the worker to stop with the process that started it")
     finally:
-        if alive(pid):
+        if running(pid):
             os.killpg(pid, signal.SIGKILL)

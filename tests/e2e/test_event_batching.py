@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import uuid
 
 import pytest
@@ -15,6 +14,7 @@ from kombu import Queue
 
 from bench.harness import Worker
 from tests import workers
+from tests.promise import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -49,10 +49,8 @@ def test_a_task_s_events_wait_for_the_batch_and_the_last_batch_is_sent_at_shutdo
     try:
         worker.wait_ready()
         task_id = app.send_task("project.fair_reconcile", queue=Queue(queue)).id
-        deadline = time.monotonic() + 60
-        while not any(task_id in line and "succeeded" in line for line in worker.log_tail(400).splitlines()):
-            assert time.monotonic() < deadline, f"the task did not run; worker log:\n{worker.log_tail()}"
-            time.sleep(0.2)
+        wait_for(lambda: any(task_id in line and "succeeded" in line for line in worker.log_tail(400).splitlines()),
+                 60, lambda: f"the task to run; worker log:\n{worker.log_tail()}", every=0.2)
         # Run and done, and not one of its events has left the worker.
         assert not [e for batch in task_event_batches(pubsub) for e in batch if e.get("uuid") == task_id]
     finally:

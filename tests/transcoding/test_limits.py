@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.procfs import running
 from tests.promise import wait_for
 from transcoding.ffmpeg import FFMPEG
 
@@ -32,19 +33,6 @@ else:
     args = ["-f", "mpegts", "-i", sys.argv[2]]
 ffmpeg.run([*args, "-f", "null", "-"], duration_s=3600)
 """
-
-
-def _state(pid: int) -> str | None:
-    """The process's state letter, None when there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return stat.rpartition(")")[2].split()[0]
-
-
-def _running(pid: int) -> bool:
-    return _state(pid) not in (None, "Z", "X")  # a zombie has stopped; only its exit status is left
 
 
 def _children(pid: int) -> list[int]:
@@ -77,13 +65,13 @@ def _start(code: str, *args: str, **kwargs) -> subprocess.Popen:
 
 def _kill_parent_then_wait_for_the_child(parent: subprocess.Popen, child: int) -> None:
     try:
-        assert _running(child)
+        assert running(child)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         # Generous: the kernel signals at once; only a loaded machine delays it.
-        wait_for(lambda: not _running(child), 30, f"process {child} to die with its parent", every=0.05)
+        wait_for(lambda: not running(child), 30, f"process {child} to die with its parent", every=0.05)
     finally:
-        if _running(child):  # the test failed: do not leave an hour of encoding behind
+        if running(child):  # the test failed: do not leave an hour of encoding behind
             os.kill(child, signal.SIGKILL)
 
 
@@ -126,9 +114,9 @@ def test_a_decoding_child_and_its_fork_server_die_with_the_worker_process():
         child = wait_for(lambda: _fork_server_of(server), 60, "a decoding child", every=0.05)
         try:
             _kill_parent_then_wait_for_the_child(parent, child)
-            wait_for(lambda: not _running(server), 30, "the fork server to die with the worker", every=0.05)
+            wait_for(lambda: not running(server), 30, "the fork server to die with the worker", every=0.05)
         finally:
-            if _running(server):
+            if running(server):
                 os.kill(server, signal.SIGKILL)
     finally:
         parent.kill()
@@ -159,7 +147,7 @@ def test_a_child_whose_parent_died_before_it_asked_to_die_with_it_stops_at_once(
     child = int(parent.stdout.readline())
     parent.wait()
     try:
-        wait_for(lambda: not _running(child), 30, f"process {child} to notice its parent is gone", every=0.05)
+        wait_for(lambda: not running(child), 30, f"process {child} to notice its parent is gone", every=0.05)
     finally:
-        if _running(child):
+        if running(child):
             os.kill(child, signal.SIGKILL)
