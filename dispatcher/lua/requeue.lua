@@ -30,10 +30,9 @@ if due and due > now then
   redis.call('ZADD', DELAYED, fmt(due), id)
   note_due(due)
 else
-  put_back(id, job)
   -- Handed back, not reaped: a late start() from the attempt that let it go
   -- must not take it out of the backlog again (see start.lua).
   job.r = 1
-  save_job(id, job)
+  put_back(id, job)
 end
 return 1
