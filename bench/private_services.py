@@ -75,7 +75,13 @@ class PrivatePostgres:
             ["runuser", "-u", "postgres", "--", str(PG_BIN / "postgres"), "-D", str(self.data), "-p", str(self.port),
              "-c", f"listen_addresses={listen}", "-c", f"unix_socket_directories={self.dir}",
              "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-             "-c", "max_connections=300"],
+             "-c", "max_connections=300",
+             # A client whose host vanished (a test cuts its link, then kills
+             # it) never closes its connection: without these its backend, and
+             # any lock its open transaction holds, would wait for the kernel's
+             # two-hour keepalive; the next test's flush would wait with it.
+             "-c", "tcp_keepalives_idle=2", "-c", "tcp_keepalives_interval=1", "-c", "tcp_keepalives_count=3",
+             "-c", "tcp_user_timeout=5000"],
             stdout=open(self.dir / "postgres.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
         wait_port(self.address, self.port, "PostgreSQL")
 
