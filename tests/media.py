@@ -273,9 +273,10 @@ class Tripwire:
             self.touched.append(f"file {self.path}")
             try:
                 os.write(fd, self.MARKER)
-            except BlockingIOError:
+            except (BlockingIOError, BrokenPipeError):  # a full pipe, or a reader gone already: touched all the same
                 pass
-            os.close(fd)
+            finally:
+                os.close(fd)
 
     def _watch_socket(self) -> None:
         while not self._stop.is_set():
