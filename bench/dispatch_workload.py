@@ -10,8 +10,9 @@ flight is finished with a measured cost unlike its estimate, which releases
 the next. Commands are INFO commandstats deltas (those run inside Lua
 included), less this workload's own INFO and ZRANGE calls.
 
-`python -m bench.dispatch_workload PORT USERS PER_USER [submit|all]` prints
-the counts as JSON: bench/redis_cost.py runs it with an older version's
+`python -m bench.dispatch_workload PORT USERS PER_USER [submit|all|keeping-up]`
+prints the counts as JSON (keeping-up: `run_keeping_up` with USERS x
+PER_USER jobs): bench/redis_cost.py runs it with an older version's
 `dispatcher` first on the path.
 """
 from __future__ import annotations
@@ -54,6 +55,30 @@ def run(client: redis.Redis, users: int, per_user: int, *, finish: bool = True) 
             "submit_commands": submitted - before, "finish_commands": _calls(client) - submitted - own}
 
 
+def run_keeping_up(client: redis.Redis, users: int, jobs: int) -> dict:
+    """A lane whose workers keep up: `jobs` jobs of `users` users
+    round-robin, each submitted (with the whole policy) and finished before
+    the next, so that every submit finds its key idle and the window empty.
+    Commands counted over the whole run (counting each call would add the
+    counting's own instructions to bench/redis_cost.py's)."""
+    sched = FairScheduler(client, "keeping-up", headroom=0, queue="keeping-up-queue")
+    sched.register_worker("w", 2, ttl_s=3600)
+    sched.release()  # a lane's first release notes that nothing is delayed
+    released = 0
+    before = _calls(client)
+    for j in range(jobs):
+        _, out = sched.submit_and_release(f"u{j % users}-{j}", f"u{j % users}", cost=1.0, payload=MESSAGE,
+                                          weight=1.0, cap=0, rate=NO_RATE_LIMIT)
+        released += len(out)
+        sched.finish(f"u{j % users}-{j}", actual_cost=1.5)
+    commands = _calls(client) - before  # before this workload's own LLEN
+    return {"jobs": jobs, "released_by_submit": released, "pushed": client.llen("keeping-up-queue"),
+            "commands": commands}
+
+
 if __name__ == "__main__":
     port, users, per_user, phase = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    print(json.dumps(run(redis.Redis(port=port), users, per_user, finish=phase == "all")))
+    if phase == "keeping-up":
+        print(json.dumps(run_keeping_up(redis.Redis(port=port), users, users * per_user)))
+    else:
+        print(json.dumps(run(redis.Redis(port=port), users, per_user, finish=phase == "all")))

@@ -15,7 +15,10 @@ with one worker of 2 slots, 20 users x 30 jobs submitted as the service
 submits them, then every job finished). Reported per job: instructions of
 the submit phase and of the finish phase (the server's start and stop,
 measured alone, taken out), and commands (INFO commandstats, those run
-inside Lua included). Versions: this checkout and `--baseline` (a git ref;
+inside Lua included). And a lane whose workers keep up (`keeping_up`: the
+same 600 jobs, each submitted and finished before the next, so every
+submit finds its key idle and the window empty): instructions and commands
+per job. Versions: this checkout and `--baseline` (a git ref;
 default the last commit before the layout of issue 15's redesign), each
 imported from its own `git archive` of `dispatcher/`.
 
@@ -87,7 +90,12 @@ def measure(code: Path, work: Path, base: int) -> dict:
     submit_total, counts = _instructions(code, "submit", work)
     all_total, all_counts = _instructions(code, "all", work)
     submit, finish = (submit_total - base) / jobs, (all_total - submit_total) / jobs
+    keeping_up_total, keeping_up = _instructions(code, "keeping-up", work)
     return {
+        "keeping_up": {
+            "instructions_per_job": round((keeping_up_total - base) / jobs),
+            "commands_per_job": round(keeping_up["commands"] / jobs, 2),
+        },
         "instructions_per_job": {"submit": round(submit), "finish": round(finish), "total": round(submit + finish)},
         "commands_per_job": {"submit": round(counts["submit_commands"] / jobs, 2),
                              "finish": round(all_counts["finish_commands"] / jobs, 2),
@@ -102,7 +110,7 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     versions = list(result["versions"])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     for ax, metric, label in ((axes[0], "instructions_per_job", "Redis instructions per job (thousands)"),
                               (axes[1], "commands_per_job", "Redis commands per job")):
         bottoms = [0.0] * len(versions)
@@ -113,6 +121,12 @@ def plot(result: dict, path: Path) -> None:
             bottoms = [b + v for b, v in zip(bottoms, values)]
         ax.set_title(label)
         ax.legend()
+    keeping_up = [result["versions"][v]["keeping_up"]["instructions_per_job"] / 1000 for v in versions]
+    axes[2].bar(versions, keeping_up, color="#54a24b")
+    for x, v in enumerate(versions):
+        commands = result["versions"][v]["keeping_up"]["commands_per_job"]
+        axes[2].annotate(f"{commands:.1f} commands", (x, keeping_up[x]), ha="center", va="bottom")
+    axes[2].set_title("a lane that keeps up: instructions per job (k)")
     fig.suptitle(f"dispatcher only, {USERS} users x {JOBS_PER_USER} jobs, callgrind (deterministic)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -148,6 +162,10 @@ def main() -> None:
         for name, v in result["versions"].items():
             i, c = v["instructions_per_job"], v["commands_per_job"]
             print(f"{name:<28} {i['total']:>14,} ({i['submit']:,} + {i['finish']:,}) {c['total']:>14}")
+        print(f"{'a lane that keeps up':<28} {'instructions/job':>36} {'commands/job':>14}")
+        for name, v in result["versions"].items():
+            k = v["keeping_up"]
+            print(f"{name:<28} {k['instructions_per_job']:>36,} {k['commands_per_job']:>14.2f}")
         print(f"this checkout / baseline: {result['instructions_ratio']:.3f}x instructions;"
               f" wrote {RESULTS / 'redis_cost.json'} and redis_cost.png")
     finally:

@@ -52,7 +52,11 @@ Releases happen where the room or the eligible keys may have changed: a
 finish, a submit that made its key eligible (a job joining a key eligible
 already changes neither: the last release left the window full or no key
 eligible), and the workers' ticker after registrations, reaps and due
-times. Every state change (submit, release, start, heartbeat, finish,
+times. A submit for an idle key that finds the window with room and no key
+eligible (a lane that keeps up) releases its job at once, charged as
+above, without passing it through the key's backlog and the sorted set:
+the key would be the only eligible one, and such a submit runs 12 Redis
+commands instead of 18. Every state change (submit, release, start, heartbeat, finish,
 requeue, reap, cancel) is one call of a Lua function
 (a Redis 7 function library, loaded on first use) over keys sharing the hash
 tag "{fair:<lane>}", so it is atomic for any number of web

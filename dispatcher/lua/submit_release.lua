@@ -2,7 +2,8 @@
 --                release_lease_s, default_window, headroom) -> {accepted, id, payload, ...}
 -- submit then release, in one call: the hot path of a single enqueue. The
 -- release runs only when the submit made a key eligible (see `submit`).
-local accepted, woke = submit(ARGV)
+local accepted, woke, message = submit(ARGV, true)
+if message then return {accepted, ARGV[1], message} end
 local out = {}
 if woke then out = release(clock(ARGV[9]), tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), 0) end
 table.insert(out, 1, accepted)

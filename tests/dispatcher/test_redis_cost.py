@@ -27,6 +27,11 @@ USERS, JOBS_PER_USER = 20, 5
 # rewriting the released job's record (18.1; 18.9 when it did). The FCALL
 # itself counted.
 SUBMIT_BUDGET, FINISH_BUDGET = 6.3, 18.5
+# A lane whose workers keep up: each submit finds its key idle and no other
+# key eligible, and releases its job straight to the queue without passing
+# it through the key's backlog and the eligible set (12 commands; 18 when
+# it did), and its finish releases nothing (11).
+KEEPING_UP_BUDGET = 23
 
 
 @pytest.fixture
@@ -53,3 +58,12 @@ def test_a_job_costs_at_most_its_budget_of_commands(private_redis):
     per_finish = counts["finish_commands"] / jobs
     assert per_submit <= SUBMIT_BUDGET, f"{per_submit:.2f} commands per submit"
     assert per_finish <= FINISH_BUDGET, f"{per_finish:.2f} commands per finish"
+
+
+def test_a_lane_that_keeps_up_releases_each_job_from_its_submit_within_budget(private_redis):
+    counts = dispatch_workload.run_keeping_up(private_redis, USERS, USERS * JOBS_PER_USER)
+
+    jobs = counts["jobs"]
+    assert counts["released_by_submit"] == counts["pushed"] == jobs
+    per_job = counts["commands"] / jobs
+    assert per_job <= KEEPING_UP_BUDGET, f"{per_job:.2f} commands per job"

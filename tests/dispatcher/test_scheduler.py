@@ -150,6 +150,49 @@ def test_submit_and_release_accepts_once_and_releases_up_to_the_window(sched):
     assert sched.submit_and_release("j0", "u", now=0) == (False, [])
 
 
+def _released_and_state(sched: FairScheduler, steps, *, together: bool) -> tuple[list[str], dict]:
+    """Runs `steps` ((job id, key, cost, now), or ("finish", job id, now)),
+    each submit either with submit_and_release or as a submit and a release;
+    what was released in order, and the lane's state after."""
+    released = []
+    for step in steps:
+        if step[0] == "finish":
+            released += [job_id for job_id, _ in sched.finish(step[1], now=step[2])]
+        elif together:
+            _, out = sched.submit_and_release(step[0], step[1], cost=step[2], now=step[3])
+            released += [job_id for job_id, _ in out]
+        else:
+            sched.submit(step[0], step[1], cost=step[2], now=step[3])
+            released += [job_id for job_id, _ in sched.release(now=step[3])]
+    return released, sched.snapshot(now=steps[-1][-1])
+
+
+@pytest.mark.parametrize("steps", [
+    # an idle lane: every submit is released by itself (the direct path)
+    [("a1", "a", 2.0, 0), ("b1", "b", 1.0, 0), ("finish", "a1", 1), ("a2", "a", 1.0, 1), ("c1", "c", 3.0, 2)],
+    # a key that went idle ahead of the virtual clock keeps its lead
+    [("a1", "a", 5.0, 0), ("finish", "a1", 1), ("b1", "b", 1.0, 1), ("a2", "a", 1.0, 2), ("b2", "b", 1.0, 2)],
+    # the window fills: the fourth waits in its backlog, released by a finish
+    [("a1", "a", 1.0, 0), ("b1", "b", 1.0, 0), ("c1", "c", 1.0, 0), ("d1", "d", 1.0, 0), ("finish", "b1", 1)],
+])
+def test_a_job_released_by_its_own_submit_is_charged_as_a_release_would(redis_client, steps):
+    """submit_and_release releases a job for an idle key straight from the
+    submit when nothing else is eligible: the order, the keys' virtual
+    times and V are those of a submit followed by a release."""
+    direct = _released_and_state(FairScheduler(redis_client, LANE), steps, together=True)
+    stepwise = _released_and_state(FairScheduler(redis_client, LANE + "-stepwise"), steps, together=False)
+    assert direct == stepwise
+    assert direct[0] == [s[0] for s in steps if s[0] != "finish"][:len(direct[0])]
+
+
+def test_a_due_delayed_job_goes_through_release_not_past_it(sched):
+    """A submit that finds a delayed job due lets release promote it, in the
+    order release always used (the new job was in the backlog first)."""
+    sched.release(now=0)  # the lane knows that nothing is delayed
+    assert sched.submit("later", "a", due=5, now=0)
+    assert sched.submit_and_release("now", "a", now=31) == (True, [("now", ""), ("later", "")])
+
+
 def test_an_expired_lease_offers_the_job_again_at_the_front(redis_client):
     sched = FairScheduler(redis_client, LANE, default_window=1, headroom=0)
     submit_many(sched, "u", 3)
