@@ -349,6 +349,17 @@ end
 -- Worker registrations changed: the next window() counts them again.
 local function forget_window() mset('wu', false) end
 
+-- How many more jobs the window takes now (0 or less: none).
+local function room_in_window(now, default_window, headroom)
+  return window(now, default_window, headroom) - in_flight_total()
+end
+
+-- The key has as many jobs in flight as its cap allows (0: no cap).
+local function at_cap(k)
+  local cap = cap_of(k)
+  return cap > 0 and in_flight_of(k) >= cap
+end
+
 -- No delayed job or throttled key is due at `now` (see `nd`).
 local function nothing_due(now)
   local nd = M().nd
@@ -414,7 +425,7 @@ end
 local function release(now, lease_s, default_window, headroom, limit)
   promote_due(now)
   local out = {}
-  local room = window(now, default_window, headroom) - in_flight_total()
+  local room = room_in_window(now, default_window, headroom)
   if limit > 0 then room = math.min(room, limit) end
   if room <= 0 then return out end
   -- V is read once and written once per call. A key's score in `active` is
@@ -427,8 +438,7 @@ local function release(now, lease_s, default_window, headroom, limit)
     local head = redis.call('ZRANGE', ACTIVE, 0, 0, 'WITHSCORES')
     if #head == 0 then break end
     local k = head[1]
-    local cap = cap_of(k)
-    if cap > 0 and in_flight_of(k) >= cap then
+    if at_cap(k) then
       redis.call('ZREM', ACTIVE, k)
       redis.call('SADD', CAPPED, k)
     else
@@ -480,10 +490,9 @@ end
 -- load, then pays nothing for the attempt but the room check, which its
 -- release would make anyway.
 local function release_direct(id, k, cost, payload, job_tag, now, lease_s, default_window, headroom)
-  local cap = cap_of(k)
-  if key(k).rate or (cap > 0 and in_flight_of(k) >= cap) then return nil end
+  if key(k).rate or at_cap(k) then return nil end
   if not nothing_due(now) then return nil end
-  if window(now, default_window, headroom) - in_flight_total() <= 0 then return nil end
+  if room_in_window(now, default_window, headroom) <= 0 then return nil end
   if redis.call('ZCARD', ACTIVE) > 0 then return nil end
   redis.call('RPOP', backlog(k))
   local start = math.max(vt_of(k), vclock())
