@@ -64,8 +64,9 @@ _LIBRARY, _FUNCTIONS = _library()
 # The version of the keys' layout, part of every key name: state written in
 # another layout is never misread, it is ignored (and the reconcilers submit
 # its jobs again from the database). 2: one hash per fairness key, the lane's
-# numbers in one hash, record and message in one hash.
-LAYOUT = 2
+# numbers in one hash, record and message in one hash. 3: all three in one
+# hash, and each key's backlog length beside its list (lua/_lib.lua, H).
+LAYOUT = 3
 
 # Lane names become part of every key and of SCAN patterns in `clear`: no
 # braces (they would break the hash tag) and no glob characters.
@@ -288,16 +289,18 @@ class FairScheduler:
         return int(self._run("heartbeat", _now(now), self.run_lease_s, *job_ids))
 
     def finish(
-        self, job_id: str, *, actual_cost: float | None = None, now: float | None = None,
+        self, job_id: str, *, actual_cost: float | None = None, key: str | None = None, now: float | None = None,
     ) -> list[Released]:
         """Forget `job_id` and release into the freed slot, in one call.
 
         `actual_cost` (the measured cost) corrects the key's virtual time by
         (actual - estimated) / weight, so estimates that are off do not skew
-        the shares. An unknown job only releases.
+        the shares. `key`: the job's fairness key when the caller knows it,
+        which saves the call a Redis command (a wrong one costs it one). An
+        unknown job only releases.
         """
         return _pairs(self._run(
-            "finish", job_id, "" if actual_cost is None else actual_cost, *self._release_args(now),
+            "finish", job_id, "" if actual_cost is None else actual_cost, *self._release_args(now), key or "",
         ))
 
     def requeue(
@@ -395,7 +398,7 @@ class FairScheduler:
         if not job_ids:
             return []
         with self._client.pipeline(transaction=True) as pipe:
-            pipe.hmget(self.prefix + "jobs", [f"j{job_id}" for job_id in job_ids])
+            pipe.hmget(self.prefix + "h", [f"j|{job_id}" for job_id in job_ids])
             pipe.zmscore(self.prefix + "inflight", job_ids)
             raws, leases = pipe.execute()
         records = [None if raw is None else json.loads(raw) for raw in raws]

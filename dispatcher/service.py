@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 # Celery header that marks a message as released by the fair scheduler, so
 # the worker knows to report start/finish for it.
 FAIR_HEADER = "fairlane_lane"
+# Celery header with the job's fairness key: the worker names it when it
+# reports the finish, which saves the finish a Redis command (scheduler.finish).
+FAIR_KEY_HEADER = "fairlane_key"
 # What a fair task returns when its job is not finished as far as the
 # scheduler is concerned: the job was handed back (requeued for a retry or a
 # shutdown) or belongs to another, live delivery. The worker then does not
@@ -136,7 +139,7 @@ def enqueue(
     # The whole policy goes with every submit (0 / NO_RATE_LIMIT remove a
     # cap / limit), so a changed plan takes effect with the user's next job;
     # the scheduler skips settings it has already.
-    built, tag = _message(sched, task_name, args, task_id, options), message.new_tag()
+    built, tag = _message(sched, task_name, args, task_id, fair_key, options), message.new_tag()
     accepted, _ = sched.submit_and_release(
         task_id, fair_key, cost=cost, payload=built.body, weight=policy.weight,
         cap=policy.cap if policy.cap is not None else 0, rate=policy.rate or NO_RATE_LIMIT, due=due,
@@ -147,10 +150,11 @@ def enqueue(
     return accepted
 
 
-def _message(sched: FairScheduler, task_name: str, args: list, job_id: str, options: dict | None) -> message.Built:
+def _message(sched: FairScheduler, task_name: str, args: list, job_id: str, fair_key: str,
+             options: dict | None) -> message.Built:
     """The job's Celery message, as the release script will push it."""
-    built = message.build(celery_app(), task_name, args, job_id=job_id, headers={FAIR_HEADER: sched.lane},
-                          options=options or {})
+    built = message.build(celery_app(), task_name, args, job_id=job_id,
+                          headers={FAIR_HEADER: sched.lane, FAIR_KEY_HEADER: fair_key}, options=options or {})
     if built.queue != sched.queue:
         raise ValueError(f"{task_name} is routed to {built.queue!r}, not to its lane's queue {sched.queue!r}")
     return built
@@ -178,7 +182,7 @@ def hand_back(
     lane = lane_for(task_name)
     if is_fair(lane):
         sched = scheduler(lane)
-        built, tag = _message(sched, task_name, args, task_id, options), message.new_tag()
+        built, tag = _message(sched, task_name, args, task_id, fair_key, options), message.new_tag()
         if sched.requeue(task_id, actual_cost=actual_cost, delay_s=delay_s, payload=built.body, tag=tag):
             monitor.announce_held(celery_app(), [monitor.Held(built.event, tag, fair_key)])
             sched.release()

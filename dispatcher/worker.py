@@ -55,7 +55,7 @@ from django.utils.module_loading import import_string
 
 from dispatcher.hosts import register_host, unregister_worker_of_host
 from dispatcher.service import (
-    HANDED_BACK, finish, hand_back_message, job_id_of, release_all, scheduler, set_draining,
+    FAIR_KEY_HEADER, HANDED_BACK, finish, hand_back_message, job_id_of, release_all, scheduler, set_draining,
 )
 from project.lanes import FAIR_LANES, Lane
 from project.routing import UnroutedTaskError, lane_for
@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 class _Running:
     lane: Lane
     started: float  # monotonic
+    key: str | None  # the job's fairness key, from its message (None: an older message without it)
     reported: bool = False  # start() sent to the scheduler
 
 
@@ -110,7 +111,7 @@ def _on_prerun(task_id: str, task, **kwargs) -> None:
     if lane is None:
         return
     with _running_lock:
-        _running[job_id_of(task_id)] = _Running(lane, time.monotonic())
+        _running[job_id_of(task_id)] = _Running(lane, time.monotonic(), getattr(task.request, FAIR_KEY_HEADER, None))
     _ensure_threads()
 
 
@@ -120,14 +121,14 @@ def _on_postrun(task_id: str, task, retval=None, **kwargs) -> None:
     with _running_lock:
         entry = _running.pop(job_id, None)
     if entry is not None and retval != HANDED_BACK:
-        _report(job_id, entry.lane, time.monotonic() - entry.started)
+        _report(job_id, entry, time.monotonic() - entry.started)
 
 
-def _report(job_id: str, lane: Lane, actual: float) -> None:
+def _report(job_id: str, entry: _Running, actual: float) -> None:
     try:
-        scheduler(lane).finish(job_id, actual_cost=actual)
+        scheduler(entry.lane).finish(job_id, actual_cost=actual, key=entry.key)
     except Exception:  # Redis blip: the lease expires and the job's slot is reclaimed by reap
-        log.exception("could not report the end of %s on %s", job_id, lane)
+        log.exception("could not report the end of %s on %s", job_id, entry.lane)
 
 
 def _lease_loop() -> None:

@@ -12,12 +12,16 @@
 --
 -- Numbers are written with %.17g: Redis would otherwise format Lua numbers
 -- with %.14g, and the virtual clock would drift by rounding on every write.
-local P, JOBS, ACTIVE, CAPPED, THROTTLED, DELAYED, INFLIGHT, WORKERS, SLOTS, META, TOKENS, CLASHES, QUEUE
--- jobs: 'j' .. id -> the job's record, 'p' .. id -> its message. One hash, so
--- that a release reads both and a finish forgets both in one command; the
--- prefixes keep any two ids' fields apart.
--- The lane's own numbers, read with one HMGET per call and written with one
--- HSET at its end (see `flush`): V, the virtual clock; nd, a time no later
+local P, H, ACTIVE, CAPPED, THROTTLED, DELAYED, INFLIGHT, WORKERS, SLOTS, TOKENS, CLASHES, QUEUE
+-- H, one hash for everything the hot path reads and writes, so that a call
+-- reads what it needs with one HMGET (two in a release: the next key and
+-- job are known only once `active` is asked) and writes everything it
+-- changed with one HSET at its end (`flush`). Its fields, told apart by what
+-- comes before the first '|' (ids and keys may hold '|' themselves):
+-- 'j|' .. id, a job's record, and 'p|' .. id, its message (see `load_job`);
+-- <field> .. '|' .. key, a fairness key's settings and state (see
+-- KEY_FIELDS); and, without a '|', the lane's own numbers (META_FIELDS):
+-- V, the virtual clock; nd, a time no later
 -- than the earliest delayed job or throttled key ('none': there are none), so
 -- a release skips both scans until then; ws / wn, the live workers' slots
 -- and count, valid from wa until wu (the earliest registration expiry;
@@ -89,121 +93,185 @@ local function due_time(due, delay, now)
 end
 local function backlog(k) return P .. 'q:' .. k end
 
--- Per-call caches. Every script reads the lane's numbers (META) and each
--- fairness key's settings and state (one hash per key, below) at most once,
--- changes them in these tables, and writes each changed hash once when it
--- ends (every function calls `flush()` last: scheduler.py): a job's release
--- touches one key hash twice in commands, not six hashes a dozen times.
-local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl'}
-local meta, meta_loaded, meta_dirty
-local key_cache, key_loaded, key_dirty
+-- The per-call cache of H. Every script reads a field of H at most once,
+-- changes it in these tables, and every changed field is written with one
+-- HSET (one HDEL for those deleted) when the call ends (every function calls
+-- `flush()` last: scheduler.py): a job's finish and the next release read H
+-- twice and write it once, however many of the lane's, keys' and jobs'
+-- fields they touch. The lane's numbers and each key's fields are kept as
+-- tables of their short names; `*_orig` holds what a field was before the
+-- call first set it (a field written back unchanged is not written); H's
+-- field names are built only to read and to write. Absent fields are false;
+-- a field set to false is deleted.
+local meta, meta_orig
+local key_cache, key_orig
+-- Job fields by their names in H: value, as read (nil: never read), set.
+local job_val, job_orig, job_dirty
 
 -- A call begins: the lane's key names, empty caches.
 local function begin(keys)
   P = keys[1]
-  JOBS = P .. 'jobs'
+  H = P .. 'h'
   ACTIVE, CAPPED, THROTTLED = P .. 'active', P .. 'capped', P .. 'throttled'
   DELAYED, INFLIGHT = P .. 'delayed', P .. 'inflight'
   WORKERS, SLOTS = P .. 'workers', P .. 'slots'
-  META = P .. 'meta'
   TOKENS, CLASHES = P .. 'worker_token', P .. 'worker_clash'
   QUEUE = keys[2]
   call_now = nil
-  meta, meta_loaded, meta_dirty = nil, {}, {}
-  key_cache, key_loaded, key_dirty = {}, {}, {}
+  meta, meta_orig = nil, {}
+  key_cache, key_orig = {}, {}
+  job_val, job_orig, job_dirty = {}, {}, {}
+end
+
+local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl'}
+-- A fairness key's fields: vt (its virtual time), w (weight), cap, rate
+-- ("tokens_per_s:burst"), bucket ("tokens:updated_at"), n (its jobs in
+-- flight), pol (the settings "weight|cap|rate" as submit last applied them)
+-- and b (the length of its backlog, kept beside the list so that a release
+-- knows whether the key stays eligible without asking: LPUSH and RPUSH
+-- answer with the length, which is stored as it is; LPOP, RPOP and LREM
+-- count down).
+local KEY_FIELDS = {'vt', 'w', 'cap', 'rate', 'bucket', 'n', 'pol', 'b'}
+
+-- One HMGET for whichever of the lane's numbers (`with_meta`), key k's
+-- fields (k may be nil) and the job fields `jobs` (H's names) the call has
+-- not read yet.
+local function prefetch(with_meta, k, jobs)
+  local fields = {}
+  local load_meta = with_meta and not meta
+  if load_meta then
+    for i, f in ipairs(META_FIELDS) do fields[i] = f end
+  end
+  local after_meta = #fields
+  local load_key = k and not key_cache[k]
+  if load_key then
+    for _, f in ipairs(KEY_FIELDS) do fields[#fields + 1] = f .. '|' .. k end
+  end
+  local after_key = #fields
+  if jobs then
+    for _, f in ipairs(jobs) do
+      if job_val[f] == nil then fields[#fields + 1] = f end
+    end
+  end
+  if #fields == 0 then return end
+  local raw = redis.call('HMGET', H, unpack(fields))
+  if load_meta then
+    meta = {}
+    for i, f in ipairs(META_FIELDS) do meta[f] = raw[i] end
+  end
+  if load_key then
+    local info = {}
+    for i, f in ipairs(KEY_FIELDS) do info[f] = raw[after_meta + i] end
+    key_cache[k] = info
+  end
+  for i = after_key + 1, #fields do
+    job_val[fields[i]] = raw[i]
+    job_orig[fields[i]] = raw[i]
+  end
 end
 
 local function M()
-  if not meta then
-    meta = {}
-    local raw = redis.call('HMGET', META, unpack(META_FIELDS))
-    for i, f in ipairs(META_FIELDS) do
-      meta[f] = raw[i]
-      meta_loaded[f] = raw[i]
-    end
-  end
+  if not meta then prefetch(true) end
   return meta
 end
 
 local function mset(field, value)
-  M()[field] = value
-  meta_dirty[field] = true
+  local m = M()
+  -- The dirty marks are the keys of meta_orig (a field first set may have been false).
+  if meta_orig[field] == nil then meta_orig[field] = m[field] end
+  m[field] = value
 end
-
--- A fairness key's hash: vt (its virtual time), w (weight), cap, rate
--- ("tokens_per_s:burst"), bucket ("tokens:updated_at"), n (its jobs in
--- flight) and pol (the settings "weight|cap|rate" as submit last applied
--- them). Absent fields are false here; a field set to false is deleted.
-local KEY_FIELDS = {'vt', 'w', 'cap', 'rate', 'bucket', 'n', 'pol'}
-local function key_hash(k) return P .. 'k:' .. k end
 
 local function key(k)
   local info = key_cache[k]
   if not info then
-    info, key_loaded[k] = {}, {}
-    local raw = redis.call('HMGET', key_hash(k), unpack(KEY_FIELDS))
-    for i, f in ipairs(KEY_FIELDS) do
-      info[f] = raw[i]
-      key_loaded[k][f] = raw[i]
-    end
-    key_cache[k] = info
+    prefetch(false, k)
+    info = key_cache[k]
   end
   return info
 end
 
 local function kset(k, field, value)
-  key(k)[field] = value
-  key_dirty[k] = key_dirty[k] or {}
-  key_dirty[k][field] = true
+  local info, orig = key(k), key_orig[k]
+  if not orig then
+    orig = {}
+    key_orig[k] = orig
+  end
+  -- The dirty marks are the keys of orig (a field first set may have been false).
+  if orig[field] == nil then orig[field] = info[field] end
+  info[field] = value
+end
+
+local function jget(f)
+  if job_val[f] == nil then prefetch(false, nil, {f}) end
+  return job_val[f]
+end
+
+local function jput(f, value)
+  job_val[f] = value
+  job_dirty[f] = true
 end
 
 local function vt_of(k) return tonumber(key(k).vt) or 0 end
 local function weight(k) return tonumber(key(k).w) or 1 end
 local function cap_of(k) return tonumber(key(k).cap) or 0 end
 local function in_flight_of(k) return tonumber(key(k).n) or 0 end
+local function backlog_of(k) return tonumber(key(k).b) or 0 end
+local function set_backlog(k, n) kset(k, 'b', n > 0 and string.format('%d', n) or false) end
 
--- Writes the fields of `values` named in `fields` that differ from what was
--- read (`loaded`): a count that went down and up again costs nothing.
-local function write_hash(name, values, loaded, fields)
-  local set, del = {}, {}
-  for field in pairs(fields) do
-    local value = values[field]
-    if value == loaded[field] then
-      -- unchanged
-    elseif value then
-      set[#set + 1] = field
-      set[#set + 1] = value
-    else
-      del[#del + 1] = field
-    end
+-- A field to write (or, false, to delete) when the call ends.
+local function stage(set, del, name, value)
+  if value then
+    set[#set + 1] = name
+    set[#set + 1] = value
+  else
+    del[#del + 1] = name
   end
-  if #set > 0 then redis.call('HSET', name, unpack(set)) end
-  if #del > 0 then redis.call('HDEL', name, unpack(del)) end
 end
 
 -- Writes what the call changed; every script ends with it.
 local function flush()
-  if next(meta_dirty) then write_hash(META, meta, meta_loaded, meta_dirty) end
-  for k, fields in pairs(key_dirty) do write_hash(key_hash(k), key_cache[k], key_loaded[k], fields) end
+  local set, del = {}, {}
+  for f, was in pairs(meta_orig) do
+    if meta[f] ~= was then stage(set, del, f, meta[f]) end
+  end
+  for k, orig in pairs(key_orig) do
+    local info = key_cache[k]
+    for f, was in pairs(orig) do
+      if info[f] ~= was then stage(set, del, f .. '|' .. k, info[f]) end
+    end
+  end
+  for f in pairs(job_dirty) do
+    local value = job_val[f]
+    if job_orig[f] == nil or value ~= job_orig[f] then stage(set, del, f, value) end
+  end
+  if #set > 0 then redis.call('HSET', H, unpack(set)) end
+  if #del > 0 then redis.call('HDEL', H, unpack(del)) end
 end
 
--- A job record is {k = fairness key, c = estimated cost, s = state, t = the
--- message id's tag for its next release when its submitter chose one}; the
--- payload (a whole Celery message) sits in its own field so that state
--- changes never decode or re-encode it. s is 'held', 'delayed' or
+-- A job record ('j|' .. id) is {k = fairness key, c = estimated cost, s =
+-- state, t = the message id's tag for its next release when its submitter
+-- chose one}; the payload (a whole Celery message) sits in its own field
+-- ('p|' .. id) so that state changes never decode or re-encode it. s is 'held', 'delayed' or
 -- 'running'; a released job is a held one in `inflight` (`in_flight`): a
 -- release leaves the record as it is, one write less per job, so its tag is
 -- dropped where a job comes back for another release instead (reap,
 -- requeue).
+local function record_field(id) return 'j|' .. id end
+local function payload_field(id) return 'p|' .. id end
+
 local function load_job(id)
-  local raw = redis.call('HGET', JOBS, 'j' .. id)
+  local raw = jget(record_field(id))
   if raw then return cjson.decode(raw) end
   return nil
 end
 
-local function save_job(id, job) redis.call('HSET', JOBS, 'j' .. id, cjson.encode(job)) end
+local function save_job(id, job) jput(record_field(id), cjson.encode(job)) end
 
-local function forget_job(id) redis.call('HDEL', JOBS, 'j' .. id, 'p' .. id) end
+local function forget_job(id)
+  jput(record_field(id), false)
+  jput(payload_field(id), false)
+end
 
 local function vclock() return tonumber(M().V) or 0 end
 
@@ -223,18 +291,18 @@ end
 
 -- Invariant kept by every script: a key is in exactly one of active, capped
 -- and throttled exactly when its backlog is not empty. `activate` is the way
--- in (submit shortcuts it when its RPUSH shows the backlog was empty); a
+-- in (submit shortcuts it when the key's backlog was empty); a
 -- (re)activating key starts at max(vt, V), so time spent idle earns no credit.
 local function activate(k)
-  if redis.call('ZSCORE', ACTIVE, k) or redis.call('SISMEMBER', CAPPED, k) == 1
-      or redis.call('ZSCORE', THROTTLED, k) or redis.call('LLEN', backlog(k)) == 0 then
+  if backlog_of(k) == 0 or redis.call('ZSCORE', ACTIVE, k) or redis.call('SISMEMBER', CAPPED, k) == 1
+      or redis.call('ZSCORE', THROTTLED, k) then
     return
   end
   redis.call('ZADD', ACTIVE, fmt(math.max(vt_of(k), vclock())), k)
 end
 
 local function untrack_if_empty(k)
-  if redis.call('LLEN', backlog(k)) == 0 then
+  if backlog_of(k) == 0 then
     redis.call('ZREM', ACTIVE, k)
     redis.call('SREM', CAPPED, k)
     redis.call('ZREM', THROTTLED, k)
@@ -242,12 +310,12 @@ local function untrack_if_empty(k)
 end
 
 -- Cost correction or refund. The key's place in `active` (if it has one:
--- XX) follows its new virtual time, but never below V: V itself only moves
--- forward.
+-- XX; none when its backlog is empty) follows its new virtual time, but
+-- never below V: V itself only moves forward.
 local function adjust_vt(k, delta)
   local vt = vt_of(k) + delta
   kset(k, 'vt', fmt(vt))
-  redis.call('ZADD', ACTIVE, 'XX', fmt(math.max(vt, vclock())), k)
+  if backlog_of(k) > 0 then redis.call('ZADD', ACTIVE, 'XX', fmt(math.max(vt, vclock())), k) end
 end
 
 local function set_in_flight(k, n) kset(k, 'n', string.format('%d', math.max(0, n))) end
@@ -274,7 +342,7 @@ local function in_flight(id) return redis.call('ZSCORE', INFLIGHT, id) ~= false 
 
 -- Back to the front of its backlog: it was first in line when it left.
 local function put_back(id, job)
-  redis.call('LPUSH', backlog(job.k), id)
+  set_backlog(job.k, redis.call('LPUSH', backlog(job.k), id))
   job.s = 'held'
   save_job(id, job)
   activate(job.k)
@@ -286,7 +354,7 @@ local function drop_waiting(id, job)
   if job.s == 'delayed' then
     redis.call('ZREM', DELAYED, id)
   else
-    redis.call('LREM', backlog(job.k), 1, id)
+    set_backlog(job.k, backlog_of(job.k) - redis.call('LREM', backlog(job.k), 1, id))
     untrack_if_empty(job.k)
   end
 end
@@ -321,9 +389,8 @@ end
 -- only when the cached sum has lapsed: the first registration expiry since
 -- it was taken, or a register / unregister.
 local function window(now, default_window, headroom)
-  local m = M()
-  local valid_from = tonumber(m.wa)
-  local valid_until = m.wu == 'never' and math.huge or tonumber(m.wu)
+  local valid_from = tonumber(M().wa)
+  local valid_until = M().wu == 'never' and math.huge or tonumber(M().wu)
   if not (valid_from and valid_until and now >= valid_from and now < valid_until) then
     local live = redis.call('ZRANGEBYSCORE', WORKERS, '(' .. fmt(now), '+inf', 'WITHSCORES')
     local names, total, first_expiry = {}, 0, math.huge
@@ -342,8 +409,8 @@ local function window(now, default_window, headroom)
     mset('wu', first_expiry == math.huge and 'never' or fmt(first_expiry))
     mset('fl', string.format('%d', redis.call('ZCARD', INFLIGHT)))
   end
-  if tonumber(m.wn) == 0 then return default_window + headroom end
-  return tonumber(m.ws) + headroom
+  if tonumber(M().wn) == 0 then return default_window + headroom end
+  return tonumber(M().ws) + headroom
 end
 
 -- Worker registrations changed: the next window() counts them again.
@@ -352,6 +419,18 @@ local function forget_window() mset('wu', false) end
 -- How many more jobs the window takes now (0 or less: none).
 local function room_in_window(now, default_window, headroom)
   return window(now, default_window, headroom) - in_flight_total()
+end
+
+-- The window is full, known without the clock: the cached count of slots
+-- can only have lapsed by registrations expiring since (a registration
+-- clears it, `forget_window`), which leaves fewer slots, or none, and then
+-- the default window. Lets a submit that finds the lane busy, the common
+-- case under load, skip the clock (TIME is a command). False: not known.
+local function full_without_clock(default_window, headroom)
+  local wn, ws = tonumber(M().wn), tonumber(M().ws)
+  if not (M().wu and wn and ws) then return false end
+  local most = wn == 0 and default_window or math.max(ws, default_window)
+  return in_flight_total() >= most + headroom
 end
 
 -- The key has as many jobs in flight as its cap allows (0: no cap).
@@ -376,9 +455,9 @@ local function promote_due(now)
     if job.f then
       job.f = nil
       job.r = 1
-      redis.call('LPUSH', backlog(job.k), id)
+      set_backlog(job.k, redis.call('LPUSH', backlog(job.k), id))
     else
-      redis.call('RPUSH', backlog(job.k), id)
+      set_backlog(job.k, redis.call('RPUSH', backlog(job.k), id))
     end
     job.s = 'held'
     save_job(id, job)
@@ -422,9 +501,12 @@ end
 -- of rate tokens leaves `active` for `capped` / `throttled`; every such move
 -- is undone by exactly one later event (a finish, a token), so the loop's
 -- extra iterations are paid for once per event. Returns id, payload, id, ...
-local function release(now, lease_s, default_window, headroom, limit)
-  promote_due(now)
+local function release(now_arg, lease_s, default_window, headroom, limit)
   local out = {}
+  -- Nothing due and a full window: nothing to release, and no clock to read.
+  if M().nd == 'none' and full_without_clock(default_window, headroom) then return out end
+  local now = clock(now_arg)
+  promote_due(now)
   local room = room_in_window(now, default_window, headroom)
   if limit > 0 then room = math.min(room, limit) end
   if room <= 0 then return out end
@@ -438,63 +520,79 @@ local function release(now, lease_s, default_window, headroom, limit)
     local head = redis.call('ZRANGE', ACTIVE, 0, 0, 'WITHSCORES')
     if #head == 0 then break end
     local k = head[1]
-    if at_cap(k) then
+    -- A key whose fields the call has not read yet: its next job is popped
+    -- first, so that one HMGET reads the key's fields and the job's record
+    -- and message; it goes back to the front if the key cannot go (at its
+    -- cap, out of tokens: only keys with a cap or a rate).
+    local id
+    if not key_cache[k] then
+      id = redis.call('LPOP', backlog(k))
+      prefetch(false, k, {record_field(id), payload_field(id)})
+    end
+    local parked = at_cap(k)
+    if parked then
       redis.call('ZREM', ACTIVE, k)
       redis.call('SADD', CAPPED, k)
     else
       local wait = take_token(k, now)
       if wait > 0 then
+        parked = true
         redis.call('ZREM', ACTIVE, k)
         redis.call('ZADD', THROTTLED, fmt(now + wait), k)
         note_due(now + wait)
-      else
-        local id = redis.call('LPOP', backlog(k))
-        local stored = redis.call('HMGET', JOBS, 'j' .. id, 'p' .. id)
-        local job = cjson.decode(stored[1])
-        local start = math.max(tonumber(head[2]), v)
-        local finish = start + job.c / weight(k)
-        v = start
-        if redis.call('LLEN', backlog(k)) > 0 then
-          redis.call('ZADD', ACTIVE, fmt(finish), k)
-        else
-          redis.call('ZREM', ACTIVE, k)
-        end
-        -- The record stays as it is (see load_job): only a hand-back's mark
-        -- goes, so that this release's message may start.
-        if job.r then
-          job.r = nil
-          save_job(id, job)
-        end
-        local message = send(id, k, finish, stored[2], job.t or tag, now, lease_s)
-        out[#out + 1] = id
-        out[#out + 1] = message
-        room = room - 1
       end
+    end
+    if parked then
+      if id then redis.call('LPUSH', backlog(k), id) end
+    else
+      if not id then
+        id = redis.call('LPOP', backlog(k))
+        prefetch(false, nil, {record_field(id), payload_field(id)})
+      end
+      local left = backlog_of(k) - 1
+      set_backlog(k, left)
+      local job = cjson.decode(job_val[record_field(id)])
+      local start = math.max(tonumber(head[2]), v)
+      local finish = start + job.c / weight(k)
+      v = start
+      if left > 0 then
+        redis.call('ZADD', ACTIVE, fmt(finish), k)
+      else
+        redis.call('ZREM', ACTIVE, k)
+      end
+      -- The record stays as it is (see load_job): only a hand-back's mark
+      -- goes, so that this release's message may start.
+      if job.r then
+        job.r = nil
+        save_job(id, job)
+      end
+      local message = send(id, k, finish, job_val[payload_field(id)], job.t or tag, now, lease_s)
+      out[#out + 1] = id
+      out[#out + 1] = message
+      room = room - 1
     end
   end
   if v ~= v0 then mset('V', fmt(v)) end
   return out
 end
 
--- A job that has just made its key's backlog (it is the only job in it)
--- goes straight to the lane's queue when no key is eligible and the window
--- has room: what activating the key and releasing would do (it would be
--- the only eligible key, so first), without passing through `active` and
--- reading back the job it has just stored: four commands fewer, and most
--- jobs of a lane that keeps up arrive so. Nil, with nothing changed, when
--- it cannot: the key has a rate (its token bucket is release's to check)
--- or is at its cap, a delayed job or throttled key is due (release
--- promotes it), the window is full, or another key is eligible (it may go
--- first). The backlog is pushed to first and popped here, not looked at
--- before: a submit that finds the window full, the common case under
--- load, then pays nothing for the attempt but the room check, which its
--- release would make anyway.
-local function release_direct(id, k, cost, payload, job_tag, now, lease_s, default_window, headroom)
+-- A job for a key with an empty backlog goes straight to the lane's queue
+-- when no key is eligible and the window has room: what joining the
+-- backlog, activating the key and releasing would do (it would be the only
+-- eligible key, so first), without passing through the backlog and
+-- `active` and reading back the job it has just stored, and most jobs of a
+-- lane that keeps up arrive so. Nil, with nothing changed, when it cannot:
+-- the key has a rate (its token bucket is release's to check) or is at its
+-- cap, the window is full (the common case under load, told without the
+-- clock when it can be), a delayed job or throttled key is due (release
+-- promotes it), or another key is eligible (it may go first).
+local function release_direct(id, k, cost, payload, job_tag, now_arg, lease_s, default_window, headroom)
   if key(k).rate or at_cap(k) then return nil end
+  if full_without_clock(default_window, headroom) then return nil end
+  local now = clock(now_arg)
   if not nothing_due(now) then return nil end
   if room_in_window(now, default_window, headroom) <= 0 then return nil end
   if redis.call('ZCARD', ACTIVE) > 0 then return nil end
-  redis.call('RPOP', backlog(k))
   local start = math.max(vt_of(k), vclock())
   if start ~= vclock() then mset('V', fmt(start)) end
   return send(id, k, start + cost / weight(k), payload, job_tag or clock_tag(now), now, lease_s)
@@ -522,10 +620,12 @@ local function submit(a, direct)
   local woke = false
 
   -- Known in any state: nothing changes (one command, which also records the job).
-  if redis.call('HSETNX', JOBS, 'j' .. id,
-      cjson.encode({k = k, c = cost, s = delayed and 'delayed' or 'held', t = first_tag})) == 0 then
-    return 0, false
-  end
+  local record = cjson.encode({k = k, c = cost, s = delayed and 'delayed' or 'held', t = first_tag})
+  if redis.call('HSETNX', H, record_field(id), record) == 0 then return 0, false end
+  job_val[record_field(id)], job_orig[record_field(id)] = record, record
+  -- The key's fields and the lane's numbers in one read: a job for an idle
+  -- key wants both.
+  prefetch(true, k)
 
   -- A submit that repeats the key's settings (the service sends the whole
   -- policy with every job) changes nothing.
@@ -557,21 +657,22 @@ local function submit(a, direct)
     end
   end
 
-  redis.call('HSET', JOBS, 'p' .. id, payload)
+  jput(payload_field(id), payload)
   if delayed then
     redis.call('ZADD', DELAYED, fmt(due), id)
     note_due(due)
     return 1, woke
   end
-  if redis.call('RPUSH', backlog(k), id) == 1 then
+  if direct and backlog_of(k) == 0 then
+    local message = release_direct(id, k, cost, payload, first_tag, a[9], tonumber(a[12]),
+                                   tonumber(a[13]), tonumber(a[14]))
+    if message then return 1, false, message end
+  end
+  local length = redis.call('RPUSH', backlog(k), id)
+  set_backlog(k, length)
+  if length == 1 then
     -- The backlog was empty, so the key was in none of active, capped and
-    -- throttled (the invariant above `activate`): it activates, unless its
-    -- job can go at once.
-    if direct then
-      local message = release_direct(id, k, cost, payload, first_tag, clock(a[9]), tonumber(a[12]),
-                                     tonumber(a[13]), tonumber(a[14]))
-      if message then return 1, false, message end
-    end
+    -- throttled (the invariant above `activate`): it activates.
     redis.call('ZADD', ACTIVE, fmt(math.max(vt_of(k), vclock())), k)
     woke = true
   end

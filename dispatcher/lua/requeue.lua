@@ -18,7 +18,7 @@ if not job or not in_flight(id) then return 0 end
 -- message's tag, or the release's own.
 job.t = nil
 if payload and payload ~= '' then
-  redis.call('HSET', JOBS, 'p' .. id, payload)
+  jput(payload_field(id), payload)
   job.t = ARGV[7] ~= '' and ARGV[7] or nil
 end
 adjust_vt(job.k, (actual - job.c) / weight(job.k))

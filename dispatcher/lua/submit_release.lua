@@ -5,6 +5,6 @@
 local accepted, woke, message = submit(ARGV, true)
 if message then return {accepted, ARGV[1], message} end
 local out = {}
-if woke then out = release(clock(ARGV[9]), tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), 0) end
+if woke then out = release(ARGV[9], tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), 0) end
 table.insert(out, 1, accepted)
 return out

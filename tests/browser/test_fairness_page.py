@@ -46,7 +46,7 @@ def held_jobs(make_person):
     # run: left alone, some later user would get one job per 1000 s.
     fair_redis = redis.Redis.from_url(settings.FAIR_REDIS_URL)
     for user in users.values():
-        fair_redis.hdel(f"{sched.prefix}k:{user.id}", "rate", "bucket", "pol")
+        fair_redis.hdel(f"{sched.prefix}h", *(f"{field}|{user.id}" for field in ("rate", "bucket", "pol")))
 
 
 def finished_jobs(users: dict) -> None:

@@ -49,7 +49,7 @@ def _sent(app: Celery, redis_client, queue: str, task_name: str, args: list, tas
     ("bench.cpu.spin", ["job-1", "user é/\"quoted\"", 12.5], {}),
 ])
 def test_a_built_message_is_what_send_task_pushes(app, redis_client, task_name, args, options):
-    headers = {"fairlane_lane": "some-lane"}
+    headers = {"fairlane_lane": "some-lane", "fairlane_key": "user-7"}
     queue, stored, _ = build(app, task_name, args, job_id="job-1", headers=headers, options=options)
     built = json.loads(stored.replace(RELEASE_TAG, TAG))
 

@@ -302,7 +302,7 @@ def test_finish_corrects_the_estimate_with_the_actual_cost(sched):
     assert sched.snapshot(now=0)["totals"]["V"] == 0
     # start 0, charged 2/2, corrected by (10 - 2)/2
     assert sched.known("u-0") is None
-    assert float(sched._client.hget(sched.prefix + "k:u", "vt")) == pytest.approx(5.0)
+    assert float(sched._client.hget(sched.prefix + "h", "vt|u")) == pytest.approx(5.0)
 
 
 def test_requeue_puts_a_job_back_first_and_refunds_its_charge(sched):
@@ -313,7 +313,7 @@ def test_requeue_puts_a_job_back_first_and_refunds_its_charge(sched):
     assert sched.requeue("u-2")
     assert not sched.requeue("u-2")
     assert sched.known("u-2") == "held"
-    assert float(sched._client.hget(sched.prefix + "k:u", "vt")) == pytest.approx(8.0)
+    assert float(sched._client.hget(sched.prefix + "h", "vt|u")) == pytest.approx(8.0)
     assert sched.finish("u-0", now=0) == [("u-2", "msg u-2")]
 
 
@@ -324,7 +324,7 @@ def test_a_retry_pays_for_its_attempt_and_rejoins_the_front_of_its_backlog_when_
     assert sched.requeue("u-0", actual_cost=1.0, due=10, now=0)
     assert sched.known("u-0") == "delayed"
     # charged 3 x 4 at release, then 1 instead of 4 for the failed attempt
-    assert float(sched._client.hget(sched.prefix + "k:u", "vt")) == pytest.approx(9.0)
+    assert float(sched._client.hget(sched.prefix + "h", "vt|u")) == pytest.approx(9.0)
     # before it is due the freed slot goes to the next job, not to the retry
     assert [j for j, _ in sched.release(now=5)] == ["u-3"]
     # once due it goes ahead of u-4, which waited behind it all along
@@ -451,3 +451,23 @@ def test_a_job_submitted_without_a_tag_is_released_under_the_clocks(sched):
     assert sched.pending_tags(["plain"]) == [None]
     [(_, message)] = sched.release(now=12.5)
     assert message == "id=plain@12500000"
+
+
+def test_a_finish_that_names_its_job_s_key_reads_redis_once_less(sched, redis_client):
+    """The key is a hint: named, the job's record, its key's fields and the
+    lane's numbers come in one read; wrong or absent, the record's key is
+    read as well, and the outcome is the same."""
+    submit_many(sched, "u", 6)
+    assert [j for j, _ in sched.release(now=0)] == ["u-0", "u-1", "u-2"]
+
+    def reads(**hint) -> tuple[int, list]:
+        before = redis_client.info("commandstats")["cmdstat_hmget"]["calls"]
+        released = sched.finish(f"u-{reads.n}", actual_cost=1.0, now=0, **hint)
+        reads.n += 1
+        return redis_client.info("commandstats")["cmdstat_hmget"]["calls"] - before, [j for j, _ in released]
+    reads.n = 0
+
+    assert reads(key="u") == (2, ["u-3"])  # record, key and lane; then the next job
+    assert reads() == (3, ["u-4"])
+    assert reads(key="someone-else") == (3, ["u-5"])
+    assert sched.snapshot(now=0)["keys"]["u"]["in_flight"] == 3

@@ -434,17 +434,19 @@ class SchedulerMachine(RuleBasedStateMachine):
     def heartbeat(self, job_ids):
         assert self.sched.heartbeat(job_ids, now=self.now) == self.model.heartbeat(job_ids, self.now)
 
-    @rule(job_id=JOB_IDS, actual=st.sampled_from([None, 0.5, 8.0]))
-    def finish(self, job_id, actual):
-        self.release_and_check(lambda: self.sched.finish(job_id, actual_cost=actual, now=self.now),
+    @rule(job_id=JOB_IDS, actual=st.sampled_from([None, 0.5, 8.0]), hint=st.sampled_from([None, *KEYS]))
+    def finish(self, job_id, actual, hint=None):
+        """`hint`: the key the caller names (the worker's, from the message);
+        a wrong one must change nothing but the call's cost."""
+        self.release_and_check(lambda: self.sched.finish(job_id, actual_cost=actual, key=hint, now=self.now),
                                lambda: self.model.finish(job_id, actual, self.now))
 
     @precondition(lambda self: self.model.inflight)
     @rule(actual=st.sampled_from([None, 0.5, 8.0]))
     def finish_a_job_in_flight(self, actual):
-        """What workers mostly do."""
+        """What workers mostly do, naming the job's key."""
         job_id = min(self.model.inflight, key=lambda i: (self.model.inflight[i], i))
-        self.finish(job_id, actual)
+        self.finish(job_id, actual, self.model.jobs[job_id].key)
 
     @rule(job_id=JOB_IDS, actual=st.sampled_from([0.0, 0.5, 8.0]), delay=st.sampled_from([None, 0.0, 5.0]),
           new_payload=st.booleans(), relative=st.booleans())
@@ -493,21 +495,23 @@ class SchedulerMachine(RuleBasedStateMachine):
     @invariant()
     def redis_state_is_the_models(self):
         p, m = self.sched.prefix, self.model
-        text = lambda b: b.decode()  # noqa: E731
+        text = lambda b: b.decode() if isinstance(b, bytes) else b  # noqa: E731
         pipe = self.client.pipeline(transaction=True)
-        pipe.hgetall(p + "jobs")
-        for key in KEYS:
-            pipe.hgetall(p + "k:" + key)
+        pipe.hgetall(p + "h")
         for name in ("active", "throttled", "delayed", "inflight"):
             pipe.zrange(p + name, 0, -1, withscores=True)
         pipe.smembers(p + "capped")
-        pipe.hmget(p + "meta", ["V", "fl"])
         pipe.lrange(QUEUE, 0, -1)
         for key in KEYS:
             pipe.lrange(p + "q:" + key, 0, -1)
-        jobs, *rest = pipe.execute()
-        per_key = {key: {text(f): text(x) for f, x in fields.items()} for key, fields in zip(KEYS, rest)}
-        active, throttled, delayed, inflight, capped, (v, in_flight_count), queue, *backlogs = rest[len(KEYS):]
+        h, active, throttled, delayed, inflight, capped, queue, *backlogs = pipe.execute()
+        # One hash (lua/_lib.lua, H): "<field>|<key or job id>", and the lane's numbers without a "|".
+        fields = {tuple(text(f).split("|", 1)) if "|" in text(f) else (text(f),): text(x) for f, x in h.items()}
+        per_key = {key: {f[0]: x for f, x in fields.items() if f[1:] == (key,) and f[0] not in ("j", "p")}
+                   for key in KEYS}
+        jobs = {f"{f[0]}{f[1]}": x for f, x in fields.items() if f[0] in ("j", "p") and len(f) == 2}
+        v, in_flight_count = fields.get(("V",)), fields.get(("fl",))
+        assert not {f for f in fields if len(f) == 2 and f[1] not in KEYS and f[0] not in ("j", "p")}, "a stray field"
         scored = lambda pairs: {text(member): score for member, score in pairs}  # noqa: E731
 
         records = {text(f)[1:]: json.loads(raw) for f, raw in jobs.items() if text(f).startswith("j")}
@@ -521,6 +525,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         payloads = {text(f)[1:]: text(body) for f, body in jobs.items() if text(f).startswith("p")}
         assert payloads == {i: j.payload for i, j in m.jobs.items()}
         assert {key: list(map(text, q)) for key, q in zip(KEYS, backlogs)} == {key: m.backlog(key) for key in KEYS}
+        # Each key's backlog length kept beside its list is the list's.
+        assert {k: int(f["b"]) for k, f in per_key.items() if "b" in f} == {
+            key: len(q) for key, q in zip(KEYS, backlogs) if q}
         assert scored(active) == m.active
         assert {text(k) for k in capped} == m.capped
         assert scored(throttled) == m.throttled

@@ -69,3 +69,29 @@ def test_a_worker_restarted_after_a_crash_takes_over_its_predecessor_s_name_at_o
         worker._register_workers()
     assert not errors(caplog)
     assert sched.worker_token(NAME) == worker._instance() and sched.live_workers()[NAME][0] == 2
+
+
+def test_a_job_s_finish_names_the_fairness_key_its_message_carries(sched, monkeypatch):
+    """The worker reads the key from the released message's headers (as
+    Celery's worker makes them the task's request) and names it when it
+    reports the finish (a Redis command less: scheduler.finish)."""
+    import json
+
+    import bench.tasks  # noqa: F401 (registers bench.cpu.noop, a task of the cpu lane)
+    from dispatcher import service
+
+    monkeypatch.setattr(worker, "_ensure_threads", lambda: None)  # no lease thread in the test process
+    built = service._message(sched, "bench.cpu.noop", ["j-1", "user-42"], "j-1", "user-42", None)
+    assert sched.submit("j-1", "user-42", payload=built.body)
+    assert [job for job, _ in sched.release()] == ["j-1"]
+    headers = json.loads(built.body)["headers"]
+    task = service.celery_app().tasks["bench.cpu.noop"]
+    task.push_request(**headers)
+    try:
+        worker._on_prerun(task_id=headers["id"], task=task)
+        assert worker._running["j-1"].key == "user-42"
+        worker._on_postrun(task_id=headers["id"], task=task, retval=None)
+    finally:
+        task.pop_request()
+    assert "j-1" not in worker._running
+    assert sched.known("j-1") is None
