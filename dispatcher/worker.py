@@ -19,6 +19,9 @@
   ticker thread that reaps expired leases and releases delayed and
   throttled jobs.
 - worker_shutdown: unregister, so the window shrinks at once.
+- worker_shutdown and worker_process_shutdown (a prefork child, which
+  leaves by os._exit, without atexit): send the held jobs' task-sent
+  events still buffered (monitor.py), so Flower lists the last ones.
 - task_failure with WorkerLostError / TimeLimitExceeded (the prefork main
   process, when a child died or was killed at its hard limit): hand the job
   to its lost-handler (settings.FAIR_LOST_HANDLERS), or just free its slot.
@@ -53,6 +56,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
+from dispatcher import monitor
 from dispatcher.hosts import register_host, unregister_worker_of_host
 from dispatcher.service import (
     FAIR_KEY_HEADER, HANDED_BACK, finish, hand_back_message, job_id_of, release_all, scheduler, set_draining,
@@ -407,6 +411,12 @@ def _on_worker_shutdown(**kwargs) -> None:
                 unregister_worker_of_host(settings.FAIRLANE_HOST_ID, name)
         except Exception:
             log.exception("could not unregister %s from %s", name, lane)
+    monitor.flush()
+
+
+@signals.worker_process_shutdown.connect
+def _on_process_shutdown(**kwargs) -> None:
+    monitor.flush()
 
 
 @shared_task(name="project.fair_reconcile", ignore_result=True)

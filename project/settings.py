@@ -312,7 +312,9 @@ CELERY_WORKER_SEND_TASK_EVENTS = True
 # Task events leave the worker in batches, at most this long after they
 # happen (project/event_batching.py): one Redis PUBLISH per batch instead of
 # one per event, and none in the loop between a task's end and the next
-# fetch. Flower sees a task's state change up to this much later.
+# fetch. Flower sees a task's state change up to this much later. The same
+# period batches the task-sent events of held jobs in every process that
+# submits them (dispatcher/monitor.py).
 CELERY_WORKER_CONSUMER = "project.event_batching:Consumer"
 FAIRLANE_EVENT_FLUSH_S = float(os.environ.get("FAIRLANE_EVENT_FLUSH_S", "0.1"))
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

@@ -3,17 +3,14 @@ one Redis PUBLISH each, and the batch still open when the worker stops is
 sent then: Flower loses no task's end."""
 from __future__ import annotations
 
-import base64
-import json
 import uuid
 
 import pytest
-import redis
-from django.conf import settings
 from kombu import Queue
 
 from bench.harness import Worker
 from tests import workers
+from tests.event_stream import subscribe, task_event_batches
 from tests.promise import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -21,22 +18,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 TASK_EVENTS = ("task-received", "task-started", "task-succeeded")
 
 
-def task_event_batches(pubsub: redis.client.PubSub) -> list[list[dict]]:
-    """Each task-event message published so far, as its list of events."""
-    batches = []
-    while (message := pubsub.get_message(timeout=0.2)) is not None:
-        if message["type"] != "pmessage" or not message["channel"].endswith(b"celeryev/task.multi"):
-            continue
-        envelope = json.loads(message["data"])
-        batches.append(json.loads(base64.b64decode(envelope["body"])))
-    return batches
-
-
 def test_a_task_s_events_wait_for_the_batch_and_the_last_batch_is_sent_at_shutdown(tmp_path):
     from project.celery import app
 
-    pubsub = redis.Redis.from_url(settings.CELERY_BROKER_URL).pubsub()
-    pubsub.psubscribe("*celeryev*")
+    pubsub = subscribe()
     # A queue of its own, not a lane: other tests' jobs (a webhook's retry,
     # say) would fill Celery's buffer (24 events) and send ours early.
     queue = f"events-test-{uuid.uuid4().hex}"
