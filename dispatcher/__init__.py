@@ -55,8 +55,11 @@ eligible), and the workers' ticker after registrations, reaps and due
 times. A submit for an idle key that finds the window with room and no key
 eligible (a lane that keeps up) releases its job at once, charged as
 above, without passing its key through the sorted set: the key would be
-the only eligible one, and such a submit runs 13 Redis commands instead
-of 18. Every state change (submit, release, start, heartbeat, finish,
+the only eligible one. A call reads the lane's state with one HMGET (two
+in a release) and writes it with one HSET: the lane's numbers, each key's
+fields and each job's record and message share one hash (lua/_lib.lua,
+H). A no-op job costs 19 Redis commands in all, Celery's included
+(`make bench-fairness`). Every state change (submit, release, start, heartbeat, finish,
 requeue, reap, cancel) is one call of a Lua function
 (a Redis 7 function library, loaded on first use) over keys sharing the hash
 tag "{fair:<lane>}", so it is atomic for any number of web
