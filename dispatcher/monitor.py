@@ -84,8 +84,11 @@ class Held:
 
 
 def announce_held(app: Celery, jobs: Iterable[Held]) -> None:
-    """task-sent for each held job under its future message id: PENDING in Flower."""
-    _send(app, [{**held.event, "uuid": held.event["uuid"].replace(RELEASE_TAG, held.tag),
+    """task-sent for each held job under its future message id: PENDING in Flower.
+    Its root id is its own message id too when it has no parent task (the
+    release puts the tag wherever the placeholder is, root id included)."""
+    _send(app, [{**held.event, **{field: held.event[field].replace(RELEASE_TAG, held.tag)
+                                  for field in ("uuid", "root_id") if held.event.get(field)},
                  "kwargs": repr({"owner": owner_label(held.key)})} for held in jobs])
 
 

@@ -87,6 +87,9 @@ def test_announcements_leave_on_their_own_within_a_period_as_flower_reads_them(s
     sent = [event for batch in stream.batches for event in batch if event["uuid"] == _message_id(jobs[0])]
     assert sent[0]["type"] == "task-sent" and sent[0]["name"] == "transcoding.job_run"
     assert sent[0]["kwargs"] == "{'owner': 'nightly'}"
+    # A job submitted outside any task is its own root, under its message id
+    # (as the worker's events for it will say), not under the placeholder.
+    assert sent[0]["root_id"] == _message_id(jobs[0])
 
 
 def test_a_full_buffer_leaves_without_waiting_for_its_period_in_messages_of_the_limit(stream, settings):
