@@ -494,6 +494,10 @@ FAIRLANE_MAX_ATTEMPTS = int(os.environ.get("FAIRLANE_MAX_ATTEMPTS", "3"))
 # Retry backoff: base * 2^(n-1), capped, half of it random (jitter).
 FAIRLANE_RETRY_BASE_DELAY_S = float(os.environ.get("FAIRLANE_RETRY_BASE_DELAY_S", "2"))
 FAIRLANE_RETRY_MAX_DELAY_S = float(os.environ.get("FAIRLANE_RETRY_MAX_DELAY_S", "300"))
+# At least this long before the next attempt of a job whose attempt met an
+# object-storage outage (media.StorageUnavailable): the store's client stops
+# retrying inside its calls once its retry quota is spent (uploads/attempts.py).
+FAIRLANE_STORAGE_RETRY_MIN_S = float(os.environ.get("FAIRLANE_STORAGE_RETRY_MIN_S", "10"))
 # Celery time limits per attempt: base + per_cost x the job's estimated
 # worker seconds, at most max; the hard limit comes this much later. The
 # ffmpeg watchdog (transcoding/ffmpeg.py) also limits each run by the media

@@ -154,7 +154,8 @@ def _this_budget(job: Job):
 
 
 def _requeue_or_give_up(job: Job, number: int, *, outcome: str, code: str, message: str,
-                        exhausted_code: str | None = None, delay_s: float | None = None) -> bool:
+                        exhausted_code: str | None = None, delay_s: float | None = None,
+                        min_delay_s: float = 0.0) -> bool:
     """End attempt `number` as `outcome` and queue the job again after a
     backoff; or, when it has used up FAIRLANE_MAX_ATTEMPTS, fail it with the
     last error. Returns True when the job was queued again; raises JobFailed
@@ -166,7 +167,7 @@ def _requeue_or_give_up(job: Job, number: int, *, outcome: str, code: str, messa
         log.warning("job %s failed for good after %d attempts: %s", job_id, failures, code)
         _fail(job_id, number, code=exhausted_code or code, message=f"{message} Gave up after {failures} attempts.")
         return False
-    delay = retry_delay_s(failures) if delay_s is None else delay_s
+    delay = max(retry_delay_s(failures), min_delay_s) if delay_s is None else delay_s
     return _requeue(job, number, outcome=outcome, code=code, message=message, delay_s=delay)
 
 
@@ -286,7 +287,14 @@ def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work, tas
         message = f"A temporary problem interrupted processing ({type(exc).__name__}); it will be retried."
         if not connection.in_atomic_block:  # a dead database connection is replaced, not reused
             close_old_connections()
-        requeued = _requeue_or_give_up(job, number, outcome="retry", code="transient_error", message=message)
+        # A store outage is waited out here, not by the store's client: its
+        # retries inside each call stop once botocore's retry quota (about 35
+        # retries per process) is spent, and from then on every call fails at
+        # once, so attempts a short backoff apart would spend the job's whole
+        # budget within one restart of the store.
+        floor = settings.FAIRLANE_STORAGE_RETRY_MIN_S if isinstance(exc, media.StorageUnavailable) else 0.0
+        requeued = _requeue_or_give_up(job, number, outcome="retry", code="transient_error", message=message,
+                                       min_delay_s=floor)
         return dispatcher.HANDED_BACK if requeued else None
     except Exception:
         # A bug, not the user's file: fail the job so it does not sit in

@@ -82,6 +82,23 @@ def test_a_transient_error_queues_the_job_again_at_the_front_after_a_backoff(job
     assert sched.release() == []
 
 
+def test_an_attempt_that_met_a_storage_outage_waits_at_least_the_outage_floor(job, sched, settings,
+                                                                           django_capture_on_commit_callbacks):
+    """The store's client retries inside each call only while botocore's
+    retry quota lasts (about 35 retries per process): once an outage has used
+    it up, every call fails at once, and attempts a short backoff apart would
+    spend the job's budget within the outage. The job's own retry waits it out."""
+    import media
+
+    settings.FAIRLANE_RETRY_BASE_DELAY_S = 0.5
+    settings.FAIRLANE_STORAGE_RETRY_MIN_S = 30
+    with django_capture_on_commit_callbacks(execute=True):
+        outcome = run(job, raising(media.StorageUnavailable("object storage unavailable (EndpointConnectionError)")))
+    assert outcome == dispatcher.HANDED_BACK
+    assert sched.known(str(job.id)) == "delayed"
+    assert 29 < sched.next_wakeup_in() <= 31  # not 0.25 to 0.5 s
+
+
 def test_transient_errors_fail_the_job_with_the_last_error_after_the_maximum(job, settings,
                                                                            django_capture_on_commit_callbacks):
     settings.FAIRLANE_MAX_ATTEMPTS = 3
