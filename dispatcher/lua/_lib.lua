@@ -99,14 +99,15 @@ local function backlog(k) return P .. 'q:' .. k end
 -- `flush()` last: scheduler.py): a job's finish and the next release read H
 -- twice and write it once, however many of the lane's, keys' and jobs'
 -- fields they touch. The lane's numbers and each key's fields are kept as
--- tables of their short names; `*_orig` holds what a field was before the
--- call first set it (a field written back unchanged is not written); H's
--- field names are built only to read and to write. Absent fields are false;
--- a field set to false is deleted.
+-- tables of their short names, jobs' fields by their names in H; each
+-- `*_orig` holds what a field was before the call first set it (`remember`),
+-- so that its keys are the fields to write and a field written back
+-- unchanged is not written. H's names for the lane's and keys' fields are
+-- built only to read and to write. Absent fields are false; a field set to
+-- false is deleted.
 local meta, meta_orig
 local key_cache, key_orig
--- Job fields by their names in H: value, as read (nil: never read), set.
-local job_val, job_orig, job_dirty
+local job_val, job_orig
 
 -- A call begins: the lane's key names, empty caches.
 local function begin(keys)
@@ -120,7 +121,7 @@ local function begin(keys)
   call_now = nil
   meta, meta_orig = nil, {}
   key_cache, key_orig = {}, {}
-  job_val, job_orig, job_dirty = {}, {}, {}
+  job_val, job_orig = {}, {}
 end
 
 local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl'}
@@ -164,9 +165,18 @@ local function prefetch(with_meta, k, jobs)
     for i, f in ipairs(KEY_FIELDS) do info[f] = raw[after_meta + i] end
     key_cache[k] = info
   end
-  for i = after_key + 1, #fields do
-    job_val[fields[i]] = raw[i]
-    job_orig[fields[i]] = raw[i]
+  for i = after_key + 1, #fields do job_val[fields[i]] = raw[i] end
+end
+
+-- What a field set before it was read was: it is always written.
+local UNREAD = {}
+
+-- Notes what `field` of `values` was before the call first sets it.
+local function remember(orig, values, field)
+  if orig[field] == nil then
+    local was = values[field]
+    if was == nil then was = UNREAD end
+    orig[field] = was
   end
 end
 
@@ -177,8 +187,7 @@ end
 
 local function mset(field, value)
   local m = M()
-  -- The dirty marks are the keys of meta_orig (a field first set may have been false).
-  if meta_orig[field] == nil then meta_orig[field] = m[field] end
+  remember(meta_orig, m, field)
   m[field] = value
 end
 
@@ -197,8 +206,7 @@ local function kset(k, field, value)
     orig = {}
     key_orig[k] = orig
   end
-  -- The dirty marks are the keys of orig (a field first set may have been false).
-  if orig[field] == nil then orig[field] = info[field] end
+  remember(orig, info, field)
   info[field] = value
 end
 
@@ -208,8 +216,8 @@ local function jget(f)
 end
 
 local function jput(f, value)
+  remember(job_orig, job_val, f)
   job_val[f] = value
-  job_dirty[f] = true
 end
 
 local function vt_of(k) return tonumber(key(k).vt) or 0 end
@@ -229,22 +237,20 @@ local function stage(set, del, name, value)
   end
 end
 
+-- Stages each field of `values` the call set to other than it was, named
+-- in H by its name and `suffix`.
+local function stage_changed(set, del, values, orig, suffix)
+  for f, was in pairs(orig) do
+    if values[f] ~= was then stage(set, del, suffix and f .. suffix or f, values[f]) end
+  end
+end
+
 -- Writes what the call changed; every script ends with it.
 local function flush()
   local set, del = {}, {}
-  for f, was in pairs(meta_orig) do
-    if meta[f] ~= was then stage(set, del, f, meta[f]) end
-  end
-  for k, orig in pairs(key_orig) do
-    local info = key_cache[k]
-    for f, was in pairs(orig) do
-      if info[f] ~= was then stage(set, del, f .. '|' .. k, info[f]) end
-    end
-  end
-  for f in pairs(job_dirty) do
-    local value = job_val[f]
-    if job_orig[f] == nil or value ~= job_orig[f] then stage(set, del, f, value) end
-  end
+  stage_changed(set, del, meta, meta_orig)
+  for k, orig in pairs(key_orig) do stage_changed(set, del, key_cache[k], orig, '|' .. k) end
+  stage_changed(set, del, job_val, job_orig)
   if #set > 0 then redis.call('HSET', H, unpack(set)) end
   if #del > 0 then redis.call('HDEL', H, unpack(del)) end
 end
@@ -495,6 +501,14 @@ local function send(id, k, finish, payload, job_tag, now, lease_s)
   return message
 end
 
+-- The head of key k's backlog, popped, with its record and message read in
+-- the same HMGET as the key's fields when the call has not read them yet.
+local function pop_job(k)
+  local id = redis.call('LPOP', backlog(k))
+  prefetch(false, k, {record_field(id), payload_field(id)})
+  return id
+end
+
 -- Start-time fair queueing: the eligible key with the smallest virtual start
 -- time goes next; its job starts at max(vt, V), V moves to that start, and the
 -- key's virtual time advances by cost / weight. A key found at its cap or out
@@ -525,10 +539,7 @@ local function release(now_arg, lease_s, default_window, headroom, limit)
     -- and message; it goes back to the front if the key cannot go (at its
     -- cap, out of tokens: only keys with a cap or a rate).
     local id
-    if not key_cache[k] then
-      id = redis.call('LPOP', backlog(k))
-      prefetch(false, k, {record_field(id), payload_field(id)})
-    end
+    if not key_cache[k] then id = pop_job(k) end
     local parked = at_cap(k)
     if parked then
       redis.call('ZREM', ACTIVE, k)
@@ -545,10 +556,7 @@ local function release(now_arg, lease_s, default_window, headroom, limit)
     if parked then
       if id then redis.call('LPUSH', backlog(k), id) end
     else
-      if not id then
-        id = redis.call('LPOP', backlog(k))
-        prefetch(false, nil, {record_field(id), payload_field(id)})
-      end
+      if not id then id = pop_job(k) end
       local left = backlog_of(k) - 1
       set_backlog(k, left)
       local job = cjson.decode(job_val[record_field(id)])
@@ -622,7 +630,7 @@ local function submit(a, direct)
   -- Known in any state: nothing changes (one command, which also records the job).
   local record = cjson.encode({k = k, c = cost, s = delayed and 'delayed' or 'held', t = first_tag})
   if redis.call('HSETNX', H, record_field(id), record) == 0 then return 0, false end
-  job_val[record_field(id)], job_orig[record_field(id)] = record, record
+  job_val[record_field(id)] = record  -- written: not a change to write again
   -- The key's fields and the lane's numbers in one read: a job for an idle
   -- key wants both.
   prefetch(true, k)
