@@ -9,7 +9,8 @@ count then), one io-notify Celery worker started as the Procfile starts it
 (threads pool, `--concurrency`, 64 by default), the notify services and a
 local HTTP receiver (tests/notify/receiver.py) that answers after
 `--delay-ms` and fails `--fail` of the requests with 503 (retried by the
-worker with backoff). Latency = first 2xx at the receiver - submit, on one
+worker as in production: at once, then with backoff from
+`--retry-base-s`). Latency = first 2xx at the receiver - submit, on one
 clock. The receiver de-duplicates by webhook-id: a duplicate is a message it
 accepted (2xx) more than once. A sampler counts the worker's connections in
 pg_stat_activity every 50 ms (peak, and peak active).

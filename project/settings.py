@@ -599,9 +599,13 @@ NOTIFY_WEBHOOK_DEADLINE_S = float(os.environ.get("NOTIFY_WEBHOOK_DEADLINE_S", "1
 NOTIFY_EMAIL_DEADLINE_S = float(os.environ.get("NOTIFY_EMAIL_DEADLINE_S", "30"))
 # Only this much of a response is read and stored (enough for an error message).
 NOTIFY_WEBHOOK_RESPONSE_PREFIX_BYTES = int(os.environ.get("NOTIFY_WEBHOOK_RESPONSE_PREFIX_BYTES", "512"))
-# Retries: delay = base x 2^(attempt-1) +-20% jitter, at most RETRY_MAX_S.
-# 10 attempts from 30 s span about 4 h 15 min before a delivery is given up.
-NOTIFY_MAX_ATTEMPTS = int(os.environ.get("NOTIFY_MAX_ATTEMPTS", "10"))
+# Retries (notify/retry.py): the first after RETRY_FIRST_S (at once: most
+# failures of a healthy receiver are one request's), then base x 2^(n-2)
+# +-20% jitter, at most RETRY_MAX_S; after a 408/429 the backoff starts at
+# once. 11 attempts (0 s, 30 s, 1 min, ...) span about 4 h 15 min before a
+# delivery is given up.
+NOTIFY_MAX_ATTEMPTS = int(os.environ.get("NOTIFY_MAX_ATTEMPTS", "11"))
+NOTIFY_RETRY_FIRST_S = float(os.environ.get("NOTIFY_RETRY_FIRST_S", "0"))
 NOTIFY_RETRY_BASE_S = float(os.environ.get("NOTIFY_RETRY_BASE_S", "30"))
 NOTIFY_RETRY_MAX_S = float(os.environ.get("NOTIFY_RETRY_MAX_S", str(6 * 3600)))
 # An endpoint is disabled (and its owner emailed) after this many failed

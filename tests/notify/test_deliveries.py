@@ -57,9 +57,9 @@ def test_the_receiver_verifies_the_signature_with_the_standard_webhooks_library(
     assert logged.status_code == 200 and logged.response_prefix == "ok" and logged.latency_ms is not None
 
 
-def test_a_5xx_is_retried_later_through_the_fair_dispatcher_with_the_same_webhook_id(
+def test_a_5xx_is_retried_at_once_then_later_through_the_fair_dispatcher_with_the_same_webhook_id(
         alice, make_endpoint, fast_retries, redis_client):
-    with Receiver(scripted(Answer(503, body=b"down"), Answer(200))) as r:
+    with Receiver(scripted(Answer(503, body=b"down"), Answer(503, body=b"down"), Answer(200))) as r:
         endpoint = make_endpoint(alice, r.url)
         delivery = deliver(alice, endpoint)
         before = timezone.now()
@@ -67,18 +67,27 @@ def test_a_5xx_is_retried_later_through_the_fair_dispatcher_with_the_same_webhoo
         after = timezone.now()
         delivery.refresh_from_db()
         assert delivery.status == "pending" and delivery.seq == 1 and delivery.attempts == 1
-        # base 0.3 s +-20%, counted from when the answer was recorded
+        # The first retry is due at once: submitted to the dispatcher undelayed.
+        assert before <= delivery.next_attempt_at <= after
+        assert dispatcher.scheduler(Lane.IO_NOTIFY).known(f"notify-dlv-{delivery.id}-1") in ("held", "released")
+        before = timezone.now()
+        assert attempt(delivery) == "retry"
+        after = timezone.now()
+        delivery.refresh_from_db()
+        assert delivery.status == "pending" and delivery.seq == 2 and delivery.attempts == 2
+        # then base 0.3 s +-20%, counted from when the answer was recorded
         assert before + timedelta(seconds=0.24) <= delivery.next_attempt_at <= after + timedelta(seconds=0.36)
-        task_id = f"notify-dlv-{delivery.id}-1"
+        task_id = f"notify-dlv-{delivery.id}-2"
         # Held by the dispatcher until due, no Celery ETA (once due, a
         # worker's ticker may have released it already: the io lane is paused).
         assert dispatcher.scheduler(Lane.IO_NOTIFY).known(task_id) in ("delayed", "released")
-        # The old message, delivered again, claims nothing.
-        assert services.delivery_attempt(delivery_id=str(delivery.id), seq=0) == "stale"
+        # The old messages, delivered again, claim nothing.
+        for seq in (0, 1):
+            assert services.delivery_attempt(delivery_id=str(delivery.id), seq=seq) == "stale"
         assert attempt(delivery) == "succeeded"
-        first, second = r.received()
-    assert first.headers["webhook-id"] == second.headers["webhook-id"]
-    assert [a.outcome for a in delivery.attempt_log.all()] == ["retry", "succeeded"]
+        requests = r.received()
+    assert len(requests) == 3 and len({request.headers["webhook-id"] for request in requests}) == 1
+    assert [a.outcome for a in delivery.attempt_log.all()] == ["retry", "retry", "succeeded"]
     assert delivery.attempt_log.first().response_prefix == "down"
 
 

@@ -22,14 +22,33 @@ def test_only_no_answer_5xx_408_and_429_are_retried(status, retryable):
 
 
 def test_backoff_grows_every_time_whatever_the_jitter(settings):
-    settings.NOTIFY_RETRY_BASE_S, settings.NOTIFY_RETRY_MAX_S = 30, 10**9
+    settings.NOTIFY_RETRY_BASE_S, settings.NOTIFY_RETRY_MAX_S, settings.NOTIFY_RETRY_FIRST_S = 30, 10**9, 0
     for seed in range(200):
         rand = random.Random(seed)
-        delays = [retry.backoff_s(n, rand=rand) for n in range(1, 11)]
-        assert all(later > earlier for earlier, later in zip(delays, delays[1:])), delays
-    assert 24 <= retry.backoff_s(1) <= 36
-    # Ten attempts span hours.
-    assert sum(retry.backoff_s(n, rand=random.Random(1)) for n in range(1, 10)) > 3 * 3600
+        for slow_down in (False, True):
+            delays = [retry.backoff_s(n, rand=rand, slow_down=slow_down) for n in range(1, 12)]
+            assert all(later > earlier for earlier, later in zip(delays, delays[1:])), delays
+    assert retry.backoff_s(1) == 0 and 24 <= retry.backoff_s(2) <= 36 and 48 <= retry.backoff_s(3) <= 72
+    # Eleven attempts (production's) span hours: the quick first retry adds a try, not a shorter schedule.
+    assert sum(retry.backoff_s(n, rand=random.Random(1)) for n in range(1, 11)) > 3 * 3600
+
+
+def test_the_first_retry_goes_at_once_unless_the_receiver_asked_to_slow_down(settings):
+    """A healthy receiver's failures are mostly one request's (an instance
+    restarting behind its balancer, a reset connection): the first retry
+    goes at once, the backoff starts with the second. A 408 or 429 asked
+    for less traffic, and a Retry-After for a time: both are waited for."""
+    settings.NOTIFY_RETRY_BASE_S, settings.NOTIFY_RETRY_FIRST_S, settings.NOTIFY_MAX_ATTEMPTS = 30, 0, 11
+    assert django_settings.NOTIFY_RETRY_FIRST_S == 0  # the default
+    for status in (None, 500, 502, 503, 504):
+        assert retry.next_delay_s(1, status=status, retry_after=None) == 0
+        assert 24 <= retry.next_delay_s(2, status=status, retry_after=None) <= 36
+    for status in (408, 429):
+        assert 24 <= retry.next_delay_s(1, status=status, retry_after=None) <= 36
+        assert 48 <= retry.next_delay_s(2, status=status, retry_after=None) <= 72
+    assert retry.next_delay_s(1, status=503, retry_after="20") == 20
+    settings.NOTIFY_RETRY_FIRST_S = 5  # an operator may space it out: jittered like the rest
+    assert 4 <= retry.next_delay_s(1, status=500, retry_after=None) <= 6
 
 
 def test_backoff_is_capped(settings):
@@ -63,7 +82,7 @@ def test_retry_after_never_raises_and_is_a_finite_delay_or_nothing(header, setti
     asked = retry.retry_after_s(header)
     assert asked is None or (0 <= asked < float("inf"))
     delay = retry.next_delay_s(1, status=503, retry_after=header)
-    assert 0 < delay <= settings.NOTIFY_RETRY_MAX_S
+    assert 0 <= delay <= settings.NOTIFY_RETRY_MAX_S  # 0: no wish, the quick first retry
 
 
 def test_only_ascii_digits_are_delta_seconds():
