@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 import json
 import sys
+from collections.abc import Callable
 
 import redis
 
@@ -28,13 +29,12 @@ from dispatcher import NO_RATE_LIMIT, FairScheduler
 MESSAGE = '{"body": "' + "x" * 1400 + '~release~"}'  # about a Celery message's size
 
 
-def _finish(sched: FairScheduler, job_id: str) -> None:
+def _finisher(sched: FairScheduler) -> Callable[[str], object]:
     """Finish as the worker does, naming the job's key (ids here are
     "<key>-<n>"), unless the version under test (an older baseline) cannot."""
     if "key" in inspect.signature(sched.finish).parameters:
-        sched.finish(job_id, actual_cost=1.5, key=job_id.rpartition("-")[0])
-    else:
-        sched.finish(job_id, actual_cost=1.5)
+        return lambda job_id: sched.finish(job_id, actual_cost=1.5, key=job_id.rpartition("-")[0])
+    return lambda job_id: sched.finish(job_id, actual_cost=1.5)
 
 
 def _calls(client: redis.Redis) -> int:
@@ -45,6 +45,7 @@ def run(client: redis.Redis, users: int, per_user: int, *, finish: bool = True) 
     """The workload on `client`'s server; commands counted per phase, and
     how many messages reached the lane's queue."""
     sched = FairScheduler(client, "cost", headroom=0, queue="cost-queue")
+    finish_job = _finisher(sched)
     sched.register_worker("w", 2, ttl_s=3600)  # also loads the function library
     before = _calls(client)
     for j in range(per_user):
@@ -59,7 +60,7 @@ def run(client: redis.Redis, users: int, per_user: int, *, finish: bool = True) 
         if not in_flight:
             break
         for job_id in in_flight:
-            _finish(sched, job_id)
+            finish_job(job_id)
             finished += 1
     return {"jobs": users * per_user, "finished": finished, "pushed": client.llen("cost-queue"),
             "submit_commands": submitted - before, "finish_commands": _calls(client) - submitted - own}
@@ -72,6 +73,7 @@ def run_keeping_up(client: redis.Redis, users: int, jobs: int) -> dict:
     Commands counted over the whole run (counting each call would add the
     counting's own instructions to bench/redis_cost.py's)."""
     sched = FairScheduler(client, "keeping-up", headroom=0, queue="keeping-up-queue")
+    finish_job = _finisher(sched)
     sched.register_worker("w", 2, ttl_s=3600)
     sched.release()  # a lane's first release notes that nothing is delayed
     released = 0
@@ -80,7 +82,7 @@ def run_keeping_up(client: redis.Redis, users: int, jobs: int) -> dict:
         _, out = sched.submit_and_release(f"u{j % users}-{j}", f"u{j % users}", cost=1.0, payload=MESSAGE,
                                           weight=1.0, cap=0, rate=NO_RATE_LIMIT)
         released += len(out)
-        _finish(sched, f"u{j % users}-{j}")
+        finish_job(f"u{j % users}-{j}")
     commands = _calls(client) - before  # before this workload's own LLEN
     return {"jobs": jobs, "released_by_submit": released, "pushed": client.llen("keeping-up-queue"),
             "commands": commands}

@@ -226,6 +226,12 @@ local function cap_of(k) return tonumber(key(k).cap) or 0 end
 local function in_flight_of(k) return tonumber(key(k).n) or 0 end
 local function backlog_of(k) return tonumber(key(k).b) or 0 end
 local function set_backlog(k, n) kset(k, 'b', n > 0 and string.format('%d', n) or false) end
+-- Job `id` joins key k's backlog, at the front or the back; its new length is kept.
+local function push_backlog(k, id, front)
+  local length = redis.call(front and 'LPUSH' or 'RPUSH', backlog(k), id)
+  set_backlog(k, length)
+  return length
+end
 
 -- A field to write (or, false, to delete) when the call ends.
 local function stage(set, del, name, value)
@@ -315,6 +321,13 @@ local function untrack_if_empty(k)
   end
 end
 
+-- A held job leaves its key's backlog from wherever it is in it. LREM is
+-- O(backlog), acceptable because only admin actions and stray workers get here.
+local function leave_backlog(id, k)
+  set_backlog(k, backlog_of(k) - redis.call('LREM', backlog(k), 1, id))
+  untrack_if_empty(k)
+end
+
 -- Cost correction or refund. The key's place in `active` (if it has one:
 -- XX; none when its backlog is empty) follows its new virtual time, but
 -- never below V: V itself only moves forward.
@@ -348,20 +361,18 @@ local function in_flight(id) return redis.call('ZSCORE', INFLIGHT, id) ~= false 
 
 -- Back to the front of its backlog: it was first in line when it left.
 local function put_back(id, job)
-  set_backlog(job.k, redis.call('LPUSH', backlog(job.k), id))
+  push_backlog(job.k, id, true)
   job.s = 'held'
   save_job(id, job)
   activate(job.k)
 end
 
--- Remove a job that waits (held in a backlog or delayed). LREM is O(backlog),
--- acceptable because only admin actions and stray workers get here.
+-- Remove a job that waits (held in a backlog or delayed).
 local function drop_waiting(id, job)
   if job.s == 'delayed' then
     redis.call('ZREM', DELAYED, id)
   else
-    set_backlog(job.k, backlog_of(job.k) - redis.call('LREM', backlog(job.k), 1, id))
-    untrack_if_empty(job.k)
+    leave_backlog(id, job.k)
   end
 end
 
@@ -395,8 +406,9 @@ end
 -- only when the cached sum has lapsed: the first registration expiry since
 -- it was taken, or a register / unregister.
 local function window(now, default_window, headroom)
-  local valid_from = tonumber(M().wa)
-  local valid_until = M().wu == 'never' and math.huge or tonumber(M().wu)
+  local m = M()
+  local valid_from = tonumber(m.wa)
+  local valid_until = m.wu == 'never' and math.huge or tonumber(m.wu)
   if not (valid_from and valid_until and now >= valid_from and now < valid_until) then
     local live = redis.call('ZRANGEBYSCORE', WORKERS, '(' .. fmt(now), '+inf', 'WITHSCORES')
     local names, total, first_expiry = {}, 0, math.huge
@@ -415,8 +427,8 @@ local function window(now, default_window, headroom)
     mset('wu', first_expiry == math.huge and 'never' or fmt(first_expiry))
     mset('fl', string.format('%d', redis.call('ZCARD', INFLIGHT)))
   end
-  if tonumber(M().wn) == 0 then return default_window + headroom end
-  return tonumber(M().ws) + headroom
+  if tonumber(m.wn) == 0 then return default_window + headroom end
+  return tonumber(m.ws) + headroom
 end
 
 -- Worker registrations changed: the next window() counts them again.
@@ -458,13 +470,12 @@ local function promote_due(now)
     local job = load_job(id)
     -- A retry (f) was at the front of its backlog when it left; a new job
     -- scheduled for later joins the back like any other.
-    if job.f then
+    local front = job.f
+    if front then
       job.f = nil
       job.r = 1
-      set_backlog(job.k, redis.call('LPUSH', backlog(job.k), id))
-    else
-      set_backlog(job.k, redis.call('RPUSH', backlog(job.k), id))
     end
+    push_backlog(job.k, id, front)
     job.s = 'held'
     save_job(id, job)
     activate(job.k)
@@ -554,7 +565,7 @@ local function release(now_arg, lease_s, default_window, headroom, limit)
       end
     end
     if parked then
-      if id then redis.call('LPUSH', backlog(k), id) end
+      if id then redis.call('LPUSH', backlog(k), id) end  -- pop_job left b as it was
     else
       if not id then id = pop_job(k) end
       local left = backlog_of(k) - 1
@@ -676,9 +687,7 @@ local function submit(a, direct)
                                    tonumber(a[13]), tonumber(a[14]))
     if message then return 1, false, message end
   end
-  local length = redis.call('RPUSH', backlog(k), id)
-  set_backlog(k, length)
-  if length == 1 then
+  if push_backlog(k, id, false) == 1 then
     -- The backlog was empty, so the key was in none of active, capped and
     -- throttled (the invariant above `activate`): it activates.
     redis.call('ZADD', ACTIVE, fmt(math.max(vt_of(k), vclock())), k)

@@ -11,8 +11,7 @@ local id, now, lease_s = ARGV[1], clock(ARGV[2]), tonumber(ARGV[3])
 local job = load_job(id)
 if not job or job.s == 'delayed' or job.r then return 0 end
 if job.s == 'held' and not in_flight(id) then
-  set_backlog(job.k, backlog_of(job.k) - redis.call('LREM', backlog(job.k), 1, id))
-  untrack_if_empty(job.k)
+  leave_backlog(id, job.k)
   set_in_flight(job.k, in_flight_of(job.k) + 1)
   count_flight(1)
 end
