@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-properties install bench-fairness bench-redis-cost bench-media bench-notify bench-storage bench-scale bench-chunks clean stop
+.PHONY: run test test-fast test-properties install bench-fairness bench-handover bench-redis-cost bench-media bench-notify bench-storage bench-scale bench-chunks clean stop
 
 install: $(STAMP)
 
@@ -34,6 +34,10 @@ test-properties: install
 
 bench-fairness: install
 	$(BIN)/python -m bench.fairness
+
+# Where a slot's time between two jobs goes under cost skew, plain Celery against Fairlane
+bench-handover: install
+	$(BIN)/python -m bench.handover
 
 # The dispatcher's Redis instructions per job, this checkout against a baseline (valgrind)
 bench-redis-cost: install

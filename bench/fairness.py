@@ -60,10 +60,11 @@ class Runner:
       consumers the first time the user submits (what a Celery user builds);
     - fair: the project's app and the fair dispatcher (`dispatcher.enqueue`).
     Each mode has its own worker (same pool, concurrency and settings), all
-    running for the whole benchmark, so modes can be interleaved.
+    running for the whole benchmark, so modes can be interleaved;
+    `per_user_worker` names the per-user mode's (none: no per-user mode).
     """
 
-    def __init__(self, per_user_worker: str) -> None:
+    def __init__(self, per_user_worker: str | None = None) -> None:
         import dispatcher
         from bench.plain_celery import fifo_app, per_user_app
         from bench.recorder import RUNS_KEY, client
@@ -271,11 +272,11 @@ def burst(r: Runner, mode: str, n: int) -> dict:
 TWO_HEAVY_MS = {"two_heavy": (50, 500), "two_heavy_20ms": (20, 200)}
 
 
-def two_heavy(r: Runner, mode: str, a_ms: int, b_ms: int) -> dict:
+def two_heavy_runs(r: Runner, mode: str, a_ms: int, b_ms: int) -> dict[str, dict]:
     """Users A (a_ms jobs) and B (b_ms jobs, 10x) submit at the same pace
     (A, B, A, B, ...), then A alone, plus 5 light users trickling a_ms jobs;
     about 13 s of work either way. FIFO gives B ten times A's worker time;
-    fair dispatch should split it evenly."""
+    fair dispatch should split it evenly. Returns every job's run."""
     r.reset()
     pairs = round(1200 / a_ms)  # 60 at 20 ms, 24 at 50 ms
     for _ in range(pairs):
@@ -289,7 +290,13 @@ def two_heavy(r: Runner, mode: str, a_ms: int, b_ms: int) -> dict:
         r.submit(mode, f"light{i % 5}", a_ms)
         i += 1
         time.sleep(0.25)
-    runs = r.wait_all()
+    return r.wait_all()
+
+
+def two_heavy(r: Runner, mode: str, a_ms: int, b_ms: int) -> dict:
+    """The cost-skew scenario (two_heavy_runs) in numbers: shares and
+    utilisation while both heavy users are backlogged."""
+    runs = two_heavy_runs(r, mode, a_ms, b_ms)
     first, end = backlogged_interval(runs, ["heavyA", "heavyB"])
     s = shares(runs, ["heavyA", "heavyB"], first, end)
     return {"shares": {k: round(v, 4) for k, v in s.items()}, "interval_s": round(end - first, 2),
@@ -549,6 +556,11 @@ def table(res: dict, targets: dict) -> str:
     row(f"release p99, {int(small):,} vs {int(big):,} backlogged users",
         ["", "", f"{sc[small]['release']['p99_us']:.0f} vs {sc[big]['release']['p99_us']:.0f} us"], "flat",
         "release_p99_flat_10_to_100000_users")
+    return markdown_table(rows)
+
+
+def markdown_table(rows: list[list[str]]) -> str:
+    """`rows` (the first one the header) as a Markdown table, columns aligned."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["| " + " | ".join(c.ljust(widths[i]) for i, c in enumerate(r)) + " |" for r in rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
@@ -589,17 +601,20 @@ def plot(res: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def start_workers(env: Environment) -> dict[str, Worker]:
-    """One worker per mode, the same pool, concurrency and settings."""
+def start_workers(env: Environment, modes: tuple[str, ...] = MODES, *, include: tuple[str, ...] = (),
+                  worker_env: dict | None = None) -> dict[str, Worker]:
+    """One worker per mode, the same pool, concurrency and settings;
+    `include`: task modules every one of them imports besides its own."""
     from bench.plain_celery import FIFO_QUEUE, PER_USER_IDLE_QUEUE
 
-    common = {"pool": "prefork", "concurrency": CORES, "log_dir": env.var}
-    return {
-        "fifo": Worker(FIFO_QUEUE, name="plain-fifo", app="bench.plain_celery:fifo_app", include=(), **common),
-        "per-user": Worker(PER_USER_IDLE_QUEUE, name="plain-per-user", app="bench.plain_celery:per_user_app",
-                           include=(), **common),
-        "fair": Worker("cpu-transcode", name="cpu", **common),
+    specs = {  # queue, name, app, its own task modules
+        "fifo": (FIFO_QUEUE, "plain-fifo", "bench.plain_celery:fifo_app", ()),
+        "per-user": (PER_USER_IDLE_QUEUE, "plain-per-user", "bench.plain_celery:per_user_app", ()),
+        "fair": ("cpu-transcode", "cpu", "project", ("bench.tasks",)),
     }
+    return {mode: Worker(queue, name=name, app=app, include=(*own, *include), pool="prefork", concurrency=CORES,
+                         log_dir=env.var, env=worker_env)
+            for mode, (queue, name, app, own) in specs.items() if mode in modes}
 
 
 SCENARIOS = ("burst_200", "burst_2000", "two_heavy", "two_heavy_20ms", "weighted", "alone", "newcomer", "noop", "scale")
