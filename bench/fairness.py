@@ -188,14 +188,14 @@ def shares(runs: dict[str, dict], keys: list[str], start: float, end: float) -> 
     return {k: v / total for k, v in busy.items()}
 
 
-def _busy(runs: dict[str, dict], start: float, end: float) -> float:
+def busy_time(runs: dict[str, dict], start: float, end: float) -> float:
     """Worker time spent running jobs inside [start, end]."""
     return sum(max(0.0, min(r["end"], end) - max(r["start"], start)) for r in runs.values())
 
 
 def utilisation(runs: dict[str, dict], start: float, end: float) -> float:
     """Busy worker time inside [start, end] over what CORES slots offer."""
-    return _busy(runs, start, end) / (CORES * (end - start))
+    return busy_time(runs, start, end) / (CORES * (end - start))
 
 
 def idle_ms_per_job(runs: dict[str, dict], start: float, end: float) -> float:
@@ -205,7 +205,7 @@ def idle_ms_per_job(runs: dict[str, dict], start: float, end: float) -> float:
     mode that runs shorter jobs (fair sharing gives the short-job user half
     the time) shows lower utilisation at the same gap; this number does not."""
     started = sum(1 for r in runs.values() if start <= r["start"] < end)
-    return (CORES * (end - start) - _busy(runs, start, end)) * 1000 / max(1, started)
+    return (CORES * (end - start) - busy_time(runs, start, end)) * 1000 / max(1, started)
 
 
 def backlogged_interval(runs: dict[str, dict], keys: list[str]) -> tuple[float, float]:

@@ -44,6 +44,7 @@ from bench.fairness import (
     RESULTS,
     Runner,
     backlogged_interval,
+    busy_time,
     idle_ms_per_job,
     markdown_table,
     start_workers,
@@ -118,14 +119,14 @@ def summarize(rounds: list[dict]) -> dict:
     }
 
 
-def one_round(r: Runner, mode: str, log: Path) -> dict:
-    runs = two_heavy_runs(r, mode, A_MS, B_MS)
+def one_round(runs: dict[str, dict], events: list[Event]) -> dict:
+    """A round's runs (two_heavy_runs) with the probe's events, in numbers."""
     first, end = backlogged_interval(runs, ["heavyA", "heavyB"])
-    steps, skipped = handovers(runs, read_events(log), first, end)
+    steps, skipped = handovers(runs, events, first, end)
     started = sum(1 for run in runs.values() if first <= run["start"] < end)
-    busy = utilisation(runs, first, end) * CORES * (end - first)
     return {"steps": steps, "skipped": skipped, "utilisation": round(utilisation(runs, first, end), 4),
-            "idle_ms_per_job": round(idle_ms_per_job(runs, first, end), 2), "mean_job_ms": busy * 1000 / started}
+            "idle_ms_per_job": round(idle_ms_per_job(runs, first, end), 2),
+            "mean_job_ms": busy_time(runs, first, end) * 1000 / started}
 
 
 def table(res: dict) -> str:
@@ -173,21 +174,21 @@ def main() -> int:
     env = Environment()
     log = env.var / "handover.log"
     workers = start_workers(env, MODES, include=("bench.handover_probe",), worker_env={"BENCH_HANDOVER_LOG": str(log)})
-    rounds: dict[str, list[dict]] = {m: [] for m in MODES}
+    runs: dict[str, list[dict]] = {m: [] for m in MODES}
     try:
         for worker in workers.values():
             worker.wait_ready()
         r = Runner()
         for i in range(ROUNDS):
             for mode in MODES if i % 2 == 0 else reversed(MODES):
-                rounds[mode].append(one_round(r, mode, log))
-                print(f"  round {i + 1} {mode}: utilisation {rounds[mode][-1]['utilisation']}", file=sys.stderr,
-                      flush=True)
+                runs[mode].append(two_heavy_runs(r, mode, A_MS, B_MS))
+                print(f"  round {i + 1} {mode} done", file=sys.stderr, flush=True)
     finally:
         for worker in workers.values():
             worker.stop()
         env.close()
-    res = {m: summarize(rounds[m]) for m in MODES}
+    events = read_events(log)  # every round's, each job's under ids of its own
+    res = {m: summarize([one_round(mode_runs, events) for mode_runs in runs[m]]) for m in MODES}
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cores": CORES, "python": platform.python_version(), "platform": platform.platform()},

@@ -50,8 +50,6 @@ def _postrun(task_id: str = "", **kwargs) -> None:
 
 @signals.worker_process_init.connect
 def _connect_child(**kwargs) -> None:
-    global _fd
-    _fd = None  # the parent's descriptor works too, but each process opens its own
     signals.task_prerun.connect(_prerun, weak=False)
     signals.task_success.connect(_success, weak=False)
     signals.task_postrun.connect(_postrun, weak=False)

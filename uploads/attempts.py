@@ -154,10 +154,9 @@ def _this_budget(job: Job):
 
 
 def _requeue_or_give_up(job: Job, number: int, *, outcome: str, code: str, message: str,
-                        exhausted_code: str | None = None, delay_s: float | None = None,
-                        min_delay_s: float = 0.0) -> bool:
+                        exhausted_code: str | None = None, min_delay_s: float = 0.0) -> bool:
     """End attempt `number` as `outcome` and queue the job again after a
-    backoff; or, when it has used up FAIRLANE_MAX_ATTEMPTS, fail it with the
+    backoff (at least `min_delay_s`); or, when it has used up FAIRLANE_MAX_ATTEMPTS, fail it with the
     last error. Returns True when the job was queued again; raises JobFailed
     when it failed the job. Only the job's current attempt can do either
     (the attempt number fences)."""
@@ -167,8 +166,8 @@ def _requeue_or_give_up(job: Job, number: int, *, outcome: str, code: str, messa
         log.warning("job %s failed for good after %d attempts: %s", job_id, failures, code)
         _fail(job_id, number, code=exhausted_code or code, message=f"{message} Gave up after {failures} attempts.")
         return False
-    delay = max(retry_delay_s(failures), min_delay_s) if delay_s is None else delay_s
-    return _requeue(job, number, outcome=outcome, code=code, message=message, delay_s=delay)
+    return _requeue(job, number, outcome=outcome, code=code, message=message,
+                    delay_s=max(retry_delay_s(failures), min_delay_s))
 
 
 def _requeue(job: Job, number: int, *, outcome: str, code: str = "", message: str = "", delay_s: float = 0.0) -> bool:
