@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import signal
 import uuid
 import zipfile
@@ -47,7 +48,7 @@ from project.lanes import Lane
 from uploads import services as job_services
 from uploads.attempts import Attempt, job_attempt_run
 from uploads.errors import JobError
-from uploads.models import Job, Upload
+from uploads.models import Job, Output, Upload
 from uploads.services import OutputFile
 
 log = logging.getLogger(__name__)
@@ -92,21 +93,29 @@ def _batch_jobs(*, owner_id: int, batch: uuid.UUID):
 
 
 def export_entries(*, owner_id: int, batch: uuid.UUID) -> list[Entry]:
-    """Every published object of the batch's finished jobs (an HLS ladder's
-    segments too, not only the outputs' main files), under one folder per
-    upload."""
+    """Every stored object of the batch's finished jobs' outputs (an HLS
+    ladder's segments too, not only the outputs' main files), under one
+    folder per upload. Where each object is comes from the job's Output
+    rows alone: a chunked video's outputs are stored under its finalizer's
+    prefix, not under any attempt of its own."""
     entries = []
     for job in _batch_jobs(owner_id=owner_id, batch=batch):
         # Two uploads may share a file name: the folder gets the upload id's head.
         folder = f"{Path(job.upload.filename).name or 'upload'}-{job.upload.id.hex[:8]}"
-        # A job publishes under one prefix (its winning attempt's).
-        prefixes = sorted({o.file.name.rsplit("/", 1)[0] for o in job.outputs.all()})
-        if not prefixes:
-            continue
-        root = media.outputs_prefix(job_id=str(job.id), attempt=int(prefixes[0].split("/")[2]))
-        for key, size in sorted(media.list_prefix(root).items()):
-            entries.append(Entry(key, f"{folder}/{key.removeprefix(root)}", size))
+        objects = sorted(obj for output in job.outputs.all() for obj in _output_objects(output))
+        entries += [Entry(key, f"{folder}/{name}", size) for name, key, size in objects]
     return entries
+
+
+def _output_objects(output: Output) -> list[tuple[str, str, int]]:
+    """(name in its job's folder, key, size) of each object of an output: the
+    output's one object by its file name, or an HLS bundle's every object
+    under the bundle folder's name (`hls/master.m3u8`, `hls/360p/...`)."""
+    folder = output.bundle_folder
+    if folder is None:
+        return [(posixpath.basename(output.file.name), output.file.name, output.size)]
+    home = posixpath.dirname(folder.rstrip("/")) + "/"
+    return [(key.removeprefix(home), key, size) for key, size in media.list_prefix(folder).items()]
 
 
 def _manifest(attempt: Attempt) -> dict:

@@ -26,10 +26,9 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpRe
 from django.urls import reverse
 
 import media
-from uploads.models import Output
+from uploads.models import HLS_PLAYLIST, Output
 
 _SALT = "fairlane.output"
-HLS_PLAYLIST = "application/vnd.apple.mpegurl"
 _BUNDLE_TYPES = {".m3u8", ".ts", ".m4s", ".mp4", ".aac"}
 # URI="..." attributes of playlist tags (EXT-X-MEDIA, EXT-X-MAP, EXT-X-KEY,
 # EXT-X-I-FRAME-STREAM-INF, ...).
@@ -50,14 +49,13 @@ def output_url(output: Output) -> str:
 
 def _resolve(output: Output, path: str) -> str:
     """The key a link may serve; Http404 otherwise."""
-    main = output.file.name
-    if output.content_type != HLS_PLAYLIST:
+    main, folder = output.file.name, output.bundle_folder
+    if folder is None:
         if path != posixpath.basename(main):
             raise Http404("Not part of this output.")
         return main
-    root = posixpath.dirname(main)
-    key = posixpath.normpath(posixpath.join(root, path))
-    if not key.startswith(root + "/") or posixpath.splitext(key)[1] not in _BUNDLE_TYPES or not media.exists(key):
+    key = posixpath.normpath(posixpath.join(folder, path))
+    if not key.startswith(folder) or posixpath.splitext(key)[1] not in _BUNDLE_TYPES or not media.exists(key):
         raise Http404("Not part of this output.")
     return key
 

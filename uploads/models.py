@@ -6,6 +6,7 @@ through the guarded services in uploads/services.py, never through save().
 """
 from __future__ import annotations
 
+import posixpath
 import uuid
 from pathlib import Path
 
@@ -262,6 +263,19 @@ class Output(models.Model):
         """The output's name as people read it (the page, the API's `label`)."""
         return OUTPUT_LABELS.get(self.name, self.name.replace("_", " "))
 
+    @property
+    def bundle_folder(self) -> str | None:
+        """The folder (ending with "/") of an HLS output, which is a bundle:
+        its master playlist names renditions and segments stored beside it
+        by relative paths, so the output is every object under that folder
+        (served by uploads/delivery.py, copied by exports). None for an
+        output that is its one object."""
+        if self.content_type != HLS_PLAYLIST:
+            return None
+        return posixpath.dirname(self.file.name) + "/"
+
+
+HLS_PLAYLIST = "application/vnd.apple.mpegurl"
 
 # Output names are for machines (`large_jpeg`); these are for people.
 OUTPUT_LABELS = {

@@ -30,15 +30,15 @@ def one_lease_for_the_run(settings):
 
 
 def publish(job: Job, files: dict[str, bytes], tmp_path: Path) -> Job:
-    """The job succeeds, its attempt 1 having published `files`."""
+    """The job succeeds, its attempt 1 having published `files`, an output each."""
     local = tmp_path / f"made-{job.id}"
     for rel, data in files.items():
         (local / rel).parent.mkdir(parents=True, exist_ok=True)
         (local / rel).write_bytes(data)
     prefix = media.outputs_prefix(job_id=str(job.id), attempt=1)
     media.put_tree(local, prefix)
-    first = sorted(files)[0]
-    Output.objects.create(job=job, name="main", file=prefix + first, content_type="video/mp4", size=len(files[first]))
+    for rel, data in files.items():
+        Output.objects.create(job=job, name=rel, file=prefix + rel, content_type="video/mp2t", size=len(data))
     Job.objects.filter(pk=job.pk).update(status="succeeded", attempts=1)
     return job
 
@@ -126,3 +126,35 @@ def test_an_export_spanning_several_parts_resumes_mid_way_on_another_host(
     key = export.outputs.get(name="zip").file.name
     assert list(media.list_prefix(media.exports_prefix(job_id=str(export.id)))) == [key]
     assert not any((tmp_path / "scratch-one").iterdir()) and not any((tmp_path / "scratch-two").iterdir())
+
+
+def test_outputs_stored_under_another_jobs_prefix_are_exported_whole(
+        storage_backend, make_user, settings, tmp_path):
+    """A chunked video's outputs become its own, but stay where its finalizer
+    stored them: the export follows the Output rows (an HLS output is its
+    whole folder), not paths rebuilt from the job's id."""
+    owner = make_user("exporter")
+    batch = uuid.uuid4()
+    video = upload_job(owner, batch, "long.mp4")
+    finalizer = Job.objects.create(owner=owner, parent=video, part="finalize", lane="cpu-transcode")
+    files = {"hls/master.m3u8": b"#EXTM3U\n360p/index.m3u8\n", "hls/360p/index.m3u8": b"#EXTM3U\nseg_0.ts\n",
+             "hls/360p/seg_0.ts": b"S" * 300, "video.mp4": b"M" * 200}
+    local = tmp_path / "finalized"
+    for rel, data in files.items():
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        (local / rel).write_bytes(data)
+    prefix = media.outputs_prefix(job_id=str(finalizer.id), attempt=1)
+    media.put_tree(local, prefix)
+    Output.objects.create(job=video, name="hls", file=prefix + "hls/master.m3u8",
+                          content_type="application/vnd.apple.mpegurl", size=len(files["hls/master.m3u8"]))
+    Output.objects.create(job=video, name="mp4", file=prefix + "video.mp4", content_type="video/mp4", size=200)
+    Job.objects.filter(pk=video.pk).update(status="succeeded", attempts=1)
+    export = Job.objects.create(owner=owner, kind="export", batch=batch, lane="cpu-transcode",
+                                queued_at=timezone.now())
+
+    export = run_attempt(export, settings, tmp_path, "one")
+    assert export.status == "succeeded", export.error
+    archive = zip_of(export, tmp_path)
+    folder = f"long.mp4-{video.upload_id.hex[:8]}"
+    assert archive.namelist() == [f"{folder}/{rel}" for rel in sorted(files)]
+    assert {name.removeprefix(folder + "/"): archive.read(name) for name in archive.namelist()} == files
