@@ -10,9 +10,12 @@ one, which page numbers cannot promise while the upload page adds jobs.
 """
 from __future__ import annotations
 
+from datetime import datetime
+from datetime import timezone as dt_timezone
+
+from django.utils.dateparse import parse_datetime
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import Cursor, CursorPagination
-from django.utils.dateparse import parse_datetime
 
 from uploads.errors import ApplicationError
 
@@ -26,15 +29,29 @@ class NewestFirstCursorPagination(CursorPagination):
 
     def decode_cursor(self, request) -> Cursor | None:
         """DRF's, plus a check of the position: the cursor is client input,
-        and a position that is not a time would reach the database lookup
-        as one (a ValidationError there is a 500)."""
+        and its position reaches the page query as a time. DRF checks only
+        the offset and direction; a position that is no instant would fail
+        there, or already in parse_datetime (2026-02-30, hour 25), or when
+        converted to UTC for the database (9999-12-31T23:59:59-23:59 is in
+        year 10000): each was a 500. The position goes on as the instant in
+        UTC, written as the cursors we hand out write it."""
         try:
             cursor = super().decode_cursor(request)
         except NotFound as exc:
             raise self._invalid() from exc
-        if cursor is not None and cursor.position is not None and parse_datetime(cursor.position) is None:
-            raise self._invalid()
-        return cursor
+        if cursor is None or cursor.position is None:
+            return cursor
+        return cursor._replace(position=str(self._instant(cursor.position)))
+
+    @classmethod
+    def _instant(cls, position: str) -> datetime:
+        try:
+            parsed = parse_datetime(position)
+            if parsed is None or parsed.utcoffset() is None:  # not a time, or no zone: not one of ours
+                raise cls._invalid()
+            return parsed.astimezone(dt_timezone.utc)
+        except (ValueError, OverflowError) as exc:  # a well-formed impossible date; out of datetime's years
+            raise cls._invalid() from exc
 
     @staticmethod
     def _invalid() -> ApplicationError:
