@@ -4,16 +4,15 @@ the files it writes before they are uploaded.
 
 Removed on every way out of an attempt (success, failure, cancel, time
 limit: the context manager's `finally`). A process killed outright cannot
-clean up, so each folder's name carries the pid and start time of the
-process that made it, and `scratch_sweep` (at worker start, and in the
-prefork parent when a child died) removes the folders of processes that are
-gone. The start time guards against a recycled pid keeping a dead attempt's
-folder forever.
+clean up, so each folder's name carries its owner (media/owners.py: pid
+and start time), and `scratch_sweep` (at worker start, and in the prefork
+parent when a child died) removes the folders of processes that are gone,
+and what such processes left in the host's input cache (`inputs/`,
+media/input_cache.py: partial downloads).
 """
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -22,22 +21,12 @@ from pathlib import Path
 
 from django.conf import settings
 
+from media import input_cache
+from media.owners import owner_alive, owner_tag
+
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^(?P<job>[0-9a-f-]+)-a(?P<attempt>\d+)-p(?P<pid>\d+)-(?P<start>\d+)$")
-
-
-def _start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (/proc), or None
-    when there is no such process."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _alive(pid: int, start: int) -> bool:
-    return _start_time(pid) == start
 
 
 def scratch_root() -> Path:
@@ -47,10 +36,9 @@ def scratch_root() -> Path:
 @contextmanager
 def attempt_scratch(*, job_id: str, attempt: int) -> Iterator[Path]:
     """A fresh private folder (mode 0700) for one attempt, removed on exit."""
-    pid = os.getpid()
     root = scratch_root()
     root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{job_id}-a{attempt}-p{pid}-{_start_time(pid) or 0}"
+    path = root / f"{job_id}-a{attempt}-p{owner_tag()}"
     shutil.rmtree(path, ignore_errors=True)  # a leftover of this very process (a retried delivery)
     path.mkdir(mode=0o700)
     try:
@@ -60,17 +48,18 @@ def attempt_scratch(*, job_id: str, attempt: int) -> Iterator[Path]:
 
 
 def scratch_sweep() -> int:
-    """Remove the scratch folders whose process is gone; returns how many."""
+    """Remove the scratch folders whose process is gone, and the input
+    cache's leftovers of such processes; returns how many."""
     root = scratch_root()
     if not root.is_dir():
         return 0
     removed = 0
     for path in root.iterdir():
         match = _NAME.match(path.name)
-        if match is None or _alive(int(match["pid"]), int(match["start"])):
+        if match is None or owner_alive(int(match["pid"]), int(match["start"])):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed += 1
     if removed:
         log.info("removed %d scratch folder(s) of attempts whose process is gone", removed)
-    return removed
+    return removed + input_cache.sweep()

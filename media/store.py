@@ -212,6 +212,25 @@ def fetch(key: str, dest: Path, *, read_only: bool = False, client=None) -> None
 
 
 @store_call
+def fetch_into(key: str, fh: BinaryIO) -> None:
+    """Copy an object into a file the caller opened (seekable, for writing):
+    boto3 then writes the ranges in place and makes no temporary file of its
+    own, so the caller alone names whatever is on disk (media/input_cache.py
+    counts and sweeps it)."""
+    if uses_object_storage():
+        _client().download_fileobj(_bucket(), key, fh)
+        return
+    with open(_local_path(key), "rb") as src:
+        shutil.copyfileobj(src, fh)
+
+
+@store_call
+def size(key: str) -> int:
+    """An object's size in bytes (S3: a HEAD request)."""
+    return storage().size(key)
+
+
+@store_call
 def fetch_many(pairs: list[tuple[str, Path]]) -> None:
     """Fetch many objects (a finalizer's hundreds of segments) in parallel,
     as put_tree uploads: one request at a time would spend most of the

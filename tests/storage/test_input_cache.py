@@ -6,13 +6,18 @@ without touching a copy an attempt still reads."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 import media
-from media import input_cache, store
+from media import input_cache, owners, store
+from tests.storage.held_proxy import HeldProxy
 
 pytestmark = pytest.mark.django_db
 
@@ -62,13 +67,13 @@ def test_the_splitting_attempts_copy_is_kept_for_the_parts(cache, tmp_path):
 def test_attempts_asking_at_once_fetch_once(cache, tmp_path, monkeypatch):
     key = _stored(tmp_path, "a", b"x" * 4000)
     calls, gate = [], threading.Barrier(4)
-    real = input_cache.fetch
+    real = input_cache.fetch_into
 
     def counted(*args, **kwargs):
         calls.append(args[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(input_cache, "fetch", counted)
+    monkeypatch.setattr(input_cache, "fetch_into", counted)
     dests = [_dest(tmp_path, f"attempt-{n}") for n in range(4)]
 
     def attempt(dest: Path) -> None:
@@ -99,15 +104,51 @@ def test_the_least_recently_used_input_goes_when_the_cache_is_full(cache, tmp_pa
     assert a_copy.read_bytes() == b"a" * 4000  # the attempt's own link keeps its bytes
 
 
-def test_a_dead_fetchs_partial_file_is_removed(cache, tmp_path):
+def _gone_pid() -> int:
+    """The pid of a process that has just ended (and was reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+ENTRY = "ab" * 32  # a key's file name in the cache (a SHA-256)
+
+
+@pytest.mark.parametrize(("name", "kept"), [
+    # a partial fetch, named with its owner's pid and start time
+    (lambda: f"{ENTRY}.part-{owners.owner_tag()}-0123abcd", True),
+    (lambda: f"{ENTRY}.part-{os.getpid()}-1-0123abcd", False),  # the pid lives, but it is another process
+    (lambda: f"{ENTRY}.part-{_gone_pid()}-{owners.start_time(os.getpid())}-0123abcd", False),
+    # earlier versions' names: their own partial file, and boto3's temporary file beside it
+    (lambda: f"{ENTRY}.part-{os.getpid()}", True),
+    (lambda: f"{ENTRY}.part-{_gone_pid()}", False),
+    (lambda: f"{ENTRY}.part-{os.getpid()}.3fA9c0De", True),
+    (lambda: f"{ENTRY}.part-{_gone_pid()}.3fA9c0De", False),
+    # the lock of an entry that is not there (its fetch died)
+    (lambda: f"{ENTRY}.lock", False),
+])
+def test_the_sweep_removes_what_fetches_of_gone_processes_left(cache, name, kept):
     cache.mkdir(parents=True)
-    stale = cache / "0123.part-99999"
+    path = cache / name()
+    path.write_bytes(b"half")
+    assert (media.scratch_sweep(), path.exists()) == (0 if kept else 1, kept)
+
+
+def test_the_sweep_leaves_an_inputs_lock_and_an_old_partial_of_a_live_pid_goes(cache):
+    cache.mkdir(parents=True)
+    (cache / ENTRY).write_bytes(b"an input")
+    (cache / f"{ENTRY}.lock").touch()
+    stale = cache / f"{'cd' * 32}.part-{os.getpid()}"  # an earlier version's, untouched for an hour
     stale.write_bytes(b"half")
     os.utime(stale, (1, 1))
-    live = cache / "4567.part-1"
-    live.write_bytes(b"being written")
-    media.fetch_input(_stored(tmp_path, "a", b"new"), _dest(tmp_path, "a"))
-    assert not stale.exists() and live.exists()
+    assert media.scratch_sweep() == 1
+    assert sorted(p.name for p in cache.iterdir()) == [ENTRY, f"{ENTRY}.lock"]
+
+
+def test_a_lock_held_by_a_fetch_under_way_stays(cache):
+    with input_cache._locked(cache / ENTRY):
+        assert media.scratch_sweep() == 0
+        assert (cache / f"{ENTRY}.lock").exists()
 
 
 def test_without_object_storage_nothing_is_cached(filesystem_storage, settings, tmp_path):
@@ -117,3 +158,50 @@ def test_without_object_storage_nothing_is_cached(filesystem_storage, settings, 
     assert media.fetch_input(key, dest) is True and dest.read_bytes() == b"on disk"
     assert not (tmp_path / "scratch" / "inputs").exists()
     assert dest.stat().st_ino == store._local_path(key).stat().st_ino  # fetch's own hard link
+
+
+# A worker process's fetch into the cache, on its own (the settings come from
+# the environment, as a worker's do).
+FETCH_SCRIPT = """
+import sys
+from pathlib import Path
+
+import django
+
+django.setup()
+import media
+
+media.fetch_input(sys.argv[1], Path(sys.argv[2]))
+"""
+MIB = 1024 * 1024
+
+
+def test_a_worker_killed_mid_fetch_leaves_nothing_past_the_sweep(cache, s3_storage, settings, tmp_path):
+    """The download's temporary file counts against the cache's bound while
+    it exists (the cache makes room for it before the bytes arrive), and
+    once its process is SIGKILLed mid-transfer the sweep a worker's start
+    (or its dead child) runs removes every trace of it."""
+    settings.FAIRLANE_INPUT_CACHE_BYTES = 6 * MIB
+    old, big = _stored(tmp_path, "old", os.urandom(3 * MIB)), _stored(tmp_path, "big", os.urandom(4 * MIB))
+    media.fetch_input(old, _dest(tmp_path, "reads-old"))
+    endpoint = urlsplit(s3_storage["FAIRLANE_S3_ENDPOINT"])
+    with HeldProxy((endpoint.hostname, endpoint.port), pass_bytes=MIB) as proxy:
+        env = {**os.environ, **s3_storage, "FAIRLANE_S3_ENDPOINT": proxy.endpoint,
+               "FAIRLANE_SCRATCH_DIR": str(settings.FAIRLANE_SCRATCH_DIR),
+               "FAIRLANE_INPUT_CACHE_BYTES": str(6 * MIB), "DJANGO_SETTINGS_MODULE": "project.settings"}
+        worker = subprocess.Popen([sys.executable, "-c", FETCH_SCRIPT, big, str(_dest(tmp_path, "killed"))],
+                                  env=env, cwd=Path(__file__).resolve().parents[2])
+        try:
+            assert proxy.holding.wait(60), "the worker's download never reached the proxy's hold"
+            # Mid-transfer: the partial file counts, so the older input made room for it.
+            assert not input_cache._entry(old).exists()
+            assert sum(p.stat().st_size for p in cache.iterdir()) <= 6 * MIB
+        finally:
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+    assert worker.returncode == -signal.SIGKILL
+    media.scratch_sweep()
+    assert sorted(p.name for p in cache.iterdir()) == []
+    # and the next fetch on the host goes on as if nothing had happened
+    assert media.fetch_input(big, _dest(tmp_path, "next")) is True
+    assert [p.name for p in cache.iterdir() if not p.suffix] == [input_cache._entry(big).name]
