@@ -13,9 +13,12 @@ turns finished uploads into one batch, through the same service (limits,
 storage, jobs) as a multipart upload, and removes them here.
 
 What is ours around drf-tus: every upload has an owner and only its owner
-reaches it (404 otherwise); a chunk is at most FAIRLANE_RESUMABLE_CHUNK_BYTES
-and is read from the request stream (not `request.body`, whose limit is
-Django's small DATA_UPLOAD_MAX_MEMORY_SIZE); a user has at most
+reaches it (404 otherwise); an upload declares its length (no deferred
+length) and a chunk goes no further than it; a chunk is at most
+FAIRLANE_RESUMABLE_CHUNK_BYTES and is read from the request stream (not
+`request.body`, whose limit is Django's small DATA_UPLOAD_MAX_MEMORY_SIZE);
+drf-tus reads headers it never checked were sent, so a chunk's are checked
+before it runs (missing ones were 500s); a user has at most
 FAIRLANE_MAX_RESUMABLE_UPLOADS uploads not yet made into a batch, of
 FAIRLANE_MAX_USER_INFLIGHT_BYTES at most together; malformed tus headers
 and every refusal answer in the API's error shape.
@@ -39,8 +42,8 @@ from rest_framework import serializers
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework_tus import constants, states
 from rest_framework_tus import middleware as tus_middleware
-from rest_framework_tus import states
 from rest_framework_tus.parsers import TusUploadStreamParser
 from rest_framework_tus.storage import AbstractUploadSaveHandler
 from rest_framework_tus.views import (
@@ -79,6 +82,17 @@ class KeepUntilClaimed(AbstractUploadSaveHandler):
         self.finish()
 
 
+class TusOptions(UploadMetadata):
+    """drf-tus's answer to OPTIONS, without the creation-defer-length
+    extension: an upload must declare its length (perform_create)."""
+
+    def determine_metadata(self, request: Request, view) -> dict:
+        answer = super().determine_metadata(request, view)
+        answer["Tus-Extension"] = ",".join(name for name in answer["Tus-Extension"].split(",")
+                                           if name != "creation-defer-length")
+        return answer
+
+
 class ResumableUploadSerializer(serializers.ModelSerializer):
     """What drf-tus validates on creation (from the tus headers) and the
     schema shows; never where the chunks are kept."""
@@ -100,7 +114,7 @@ class _Tus:
 
     serializer_class = ResumableUploadSerializer
     parser_classes = [TusUploadStreamParser]
-    metadata_class = UploadMetadata
+    metadata_class = TusOptions
     lookup_field = "guid"
     lookup_url_kwarg = "guid"
 
@@ -119,7 +133,9 @@ class ResumableCreateApi(_Tus, TusCreateMixin, GenericAPIView):
         return settings.FAIRLANE_MAX_UPLOAD_BYTES
 
     @extend_schema(
-        operation_id="uploads_resumable_create", request=None, responses={201: None, **errors(413)},
+        operation_id="uploads_resumable_create", request=None,
+        responses={201: None, **errors(400, 413, _400="A tus header is missing or malformed; no `Upload-Length` "
+                                       "(`upload_length_required`: deferred lengths are not supported).")},
         parameters=[*TUS_HEADERS,
                     OpenApiParameter("Upload-Length", int, OpenApiParameter.HEADER, required=True,
                                      description="The file's size in bytes (at most FAIRLANE_MAX_UPLOAD_BYTES)."),
@@ -142,7 +158,13 @@ class ResumableCreateApi(_Tus, TusCreateMixin, GenericAPIView):
         if held["count"] >= limit:
             raise ApplicationError("too_many_resumable_uploads", f"At most {limit} resumable uploads not yet made "
                                    "into a batch at once; finish or delete some first.", status_code=429)
-        size = max(0, serializer.validated_data.get("upload_length", 0))
+        size = serializer.validated_data.get("upload_length", -1)
+        if size <= 0:
+            # drf-tus takes Upload-Defer-Length but never a length later, so
+            # such an upload could not finish; and its bytes could not be
+            # counted against the limits meanwhile.
+            raise ApplicationError("upload_length_required", "Send the file's size in Upload-Length (more than 0); "
+                                   "deferred lengths (Upload-Defer-Length) are not supported.")
         budget = settings.FAIRLANE_MAX_USER_INFLIGHT_BYTES
         if (held["size"] or 0) + size > budget:
             raise ApplicationError("too_many_bytes_in_flight", f"Your resumable uploads would hold more than {budget} "
@@ -161,13 +183,19 @@ class ResumableDetailApi(_Tus, TusPatchMixin, TusHeadMixin, TusTerminateMixin, G
     @extend_schema(
         operation_id="uploads_resumable_append",
         request={"application/offset+octet-stream": {"type": "string", "format": "binary"}},
-        responses={204: None, **errors(409, 413, _409="`Upload-Offset` is not where the upload stands: ask with "
-                                       "HEAD and send from there.")},
+        responses={204: None, **errors(400, 409, 413, 415,
+                                       _400="A tus header is missing or malformed (`Upload-Offset`, `Tus-Resumable`).",
+                                       _409="`Upload-Offset` is not where the upload stands: ask with "
+                                       "HEAD and send from there.",
+                                       _413="The chunk is over FAIRLANE_RESUMABLE_CHUNK_BYTES "
+                                       "(`chunk_too_large`) or past the upload's length (`chunk_past_length`).",
+                                       _415="The chunk is not `application/offset+octet-stream`.")},
         parameters=[*TUS_HEADERS, OpenApiParameter("Upload-Offset", int, OpenApiParameter.HEADER, required=True)],
         description="Append a chunk at `Upload-Offset` (tus core). The answer's `Upload-Offset` is the new "
                     "size; once it equals `Upload-Length` the upload is finished: name it in "
                     "`POST /api/uploads/` (JSON, `resumable`).")
     def patch(self, request: Request, guid) -> Response:
+        _check_chunk_headers(request)
         # drf-tus checks the offset, then writes: two PATCHes of one upload
         # at once (a client retrying while its first try is still being
         # written) would both pass the check and write the chunk twice. The
@@ -176,18 +204,62 @@ class ResumableDetailApi(_Tus, TusPatchMixin, TusHeadMixin, TusTerminateMixin, G
             ResumableUpload.objects.select_for_update().filter(user=request.user, guid=guid).first()
             return self.partial_update(request)
 
+    def _is_valid_content_type(self, request: Request) -> bool:  # drf-tus's, which compares the raw header
+        return _is_chunk(request)
+
     @extend_schema(operation_id="uploads_resumable_destroy", responses={204: None, **errors(409)},
                    parameters=TUS_HEADERS, description="Give up a resumable upload (tus termination).")
     def delete(self, request: Request, guid) -> Response:
         return self.destroy(request)
 
     def get_chunk(self, request: Request) -> bytes:
+        """The chunk, once drf-tus has found the upload and its offset to be
+        the client's: at most FAIRLANE_RESUMABLE_CHUNK_BYTES, and no further
+        than the length the upload declared, which its bytes were counted
+        by (FAIRLANE_MAX_UPLOAD_BYTES, FAIRLANE_MAX_USER_INFLIGHT_BYTES):
+        drf-tus would write past it, chunk after chunk, and the upload
+        would never be finished. A refusal here rolls back patch()'s
+        transaction, the upload's state included."""
         limit = settings.FAIRLANE_RESUMABLE_CHUNK_BYTES
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
+        length = _content_length(request)
         if length > limit:
             raise ApplicationError("chunk_too_large", f"A chunk may carry at most {limit} bytes; send smaller chunks "
                                    "(tus-js-client: chunkSize).", status_code=413, extra={"limit": limit})
+        upload = self.get_object()
+        room = upload.upload_length - upload.upload_offset
+        if length > room:
+            raise ApplicationError("chunk_past_length", f"The upload declared {upload.upload_length} bytes and has "
+                                   f"{upload.upload_offset}: a chunk may carry at most the {room} left.",
+                                   status_code=413, extra={"remaining": room})
         return request._request.read(length)
+
+
+def _is_chunk(request: Request) -> bool:
+    """Content-Type: application/offset+octet-stream, in any case, with or
+    without parameters (Django's content_type is the type alone)."""
+    return (request.content_type or "").strip().lower() == TusUploadStreamParser.media_type
+
+
+def _check_chunk_headers(request: Request) -> None:
+    """What a chunk must carry, checked before drf-tus reads it: drf-tus
+    takes Upload-Offset and Content-Type to be there (a PATCH without
+    either was an AttributeError or a KeyError: a 500). tus answers a
+    chunk of another type with 415."""
+    if not _is_chunk(request):
+        raise ApplicationError("unsupported_media_type", "A chunk is sent with "
+                               f'"Content-Type: {TusUploadStreamParser.media_type}".', status_code=415)
+    if not hasattr(request, constants.UPLOAD_OFFSET_NAME):  # set by TusMiddleware when the header parses
+        raise ApplicationError("invalid_tus_header", 'A chunk needs an "Upload-Offset" header: where it starts '
+                               "(a HEAD request tells where the upload stands).")
+
+
+def _content_length(request: Request) -> int:
+    """The chunk's size, as the client declared it. HTTP servers refuse a
+    malformed Content-Length before us; the development server does not."""
+    raw = (request.META.get("CONTENT_LENGTH") or "0").strip()
+    if not (raw.isascii() and raw.isdigit()):  # not int()'s "+5", "5_0", "²"
+        raise ApplicationError("invalid_content_length", "Content-Length must be the chunk's size in bytes.")
+    return int(raw)
 
 
 def uploads_create_from_resumable(*, owner, guids: list[str], scheduled_for=None) -> list:

@@ -4,11 +4,17 @@ every refusal in the API's error shape, only ever on one's own uploads."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 
 import pytest
+from django.test.client import FakePayload
+from hypothesis import HealthCheck, event, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 import media
+from tests.api_answers import assert_no_5xx_and_error_shape
 from uploads.models import Job, ResumableUpload, Upload
 
 pytestmark = pytest.mark.django_db
@@ -160,3 +166,167 @@ def test_a_claim_that_names_an_unknown_upload_creates_nothing_and_keeps_the_othe
     assert os.path.exists(part)
     twice = client.post("/api/uploads/", {"resumable": [guid, guid]}, format="json")
     assert twice.status_code == 202 and len(twice.json()["uploads"]) == 1
+
+
+# --- malformed and missing tus headers --------------------------------------------------
+
+def tus(client, method: str, url: str, headers: dict[str, str | None], body: bytes = b""):
+    """A request with exactly these headers, None meaning absent. The test
+    client's generic() always sends a Content-Type with a body; a real
+    client need not."""
+    environ = {"REQUEST_METHOD": method, "PATH_INFO": url, "QUERY_STRING": "", "wsgi.input": FakePayload(body)}
+    for name, value in {"Content-Length": str(len(body)) if body else None, **headers}.items():
+        if value is not None:
+            key = name.upper().replace("-", "_")
+            environ[key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{key}"] = value
+    return client.request(**environ)
+
+
+APPEND = {"Tus-Resumable": "1.0.0", "Content-Type": "application/offset+octet-stream", "Upload-Offset": "0"}
+
+
+@pytest.mark.parametrize(("missing", "status", "code"), [
+    ("Upload-Offset", 400, "invalid_tus_header"),
+    ("Content-Type", 415, "unsupported_media_type"),
+    ("Tus-Resumable", 400, "tus_refused"),
+])
+def test_a_chunk_without_a_required_tus_header_is_refused_and_nothing_is_written(
+        missing, status, code, make_user, api_client_for):
+    client = api_client_for(make_user("alice"))
+    url = create(client, 4)
+    resp = tus(client, "PATCH", url, {**APPEND, missing: None}, b"abcd")
+    assert resp.status_code == status and resp.json()["error"]["code"] == code, resp.content
+    assert missing in resp.json()["error"]["message"]
+    assert offset_of(client, url) == 0
+
+
+def test_a_chunk_of_another_content_type_is_a_415(make_user, api_client_for):
+    client = api_client_for(make_user("alice"))
+    url = create(client, 4)
+    resp = tus(client, "PATCH", url, {**APPEND, "Content-Type": "text/plain"}, b"abcd")
+    assert resp.status_code == 415 and resp.json()["error"]["code"] == "unsupported_media_type"
+    assert offset_of(client, url) == 0
+
+
+def test_a_chunk_past_the_declared_length_is_refused_and_the_upload_stays_resumable(make_user, api_client_for):
+    """drf-tus wrote past Upload-Length, chunk after chunk: an upload of 8
+    bytes (counted as 8 against the limits) could hold gigabytes and never
+    finish."""
+    client = api_client_for(make_user("alice"))
+    url = create(client, 8)
+    assert patch(client, url, 0, b"abc").status_code == 204
+    over = patch(client, url, 3, b"123456")
+    assert over.status_code == 413 and over.json()["error"] == {
+        "code": "chunk_past_length", "remaining": 5,
+        "message": "The upload declared 8 bytes and has 3: a chunk may carry at most the 5 left."}
+    assert offset_of(client, url) == 3
+    assert patch(client, url, 3, b"12345").status_code == 204
+    assert ResumableUpload.objects.get().state == "done"
+
+
+def test_a_deferred_length_is_refused_and_not_advertised(make_user, api_client_for):
+    """drf-tus accepts Upload-Defer-Length but never takes the length later:
+    such an upload could not finish, and its bytes escaped the limits."""
+    client = api_client_for(make_user("alice"))
+    resp = client.post("/api/uploads/resumable/", **TUS, HTTP_UPLOAD_DEFER_LENGTH="1")
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "upload_length_required"
+    assert not ResumableUpload.objects.exists()
+    extensions = client.options("/api/uploads/resumable/", **TUS).json()["Tus-Extension"].split(",")
+    assert "creation" in extensions and "creation-defer-length" not in extensions
+
+
+# Header values as a server hands them to Django: latin-1 text without
+# control characters (which the HTTP servers refuse before us).
+_HEADER_TEXT = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=24)
+_NUMBERS = st.one_of(st.integers(-3, 70), st.integers(-(2**70), 2**70), st.sampled_from([2**63, -(2**63) - 1]))
+_NUMBER_TEXT = st.one_of(_NUMBERS.map(str), st.sampled_from([" 5", "+5", "5_0", "0x10", "1e3", "５", "", "-0"]))
+
+
+def _metadata_pair(key: str, value: bytes | None, encode) -> str:
+    return key if value is None else f"{key} {encode(value)}"
+
+
+# tus metadata: "key base64,key base64,key", keys possibly bare; values
+# base64 of text or of arbitrary bytes (not UTF-8), or not base64 at all.
+_METADATA = st.lists(
+    st.builds(_metadata_pair,
+              st.one_of(st.sampled_from(["filename", "filetype", "name"]), _HEADER_TEXT),
+              st.one_of(st.none(), st.text(max_size=12).map(str.encode), st.binary(max_size=12)),
+              st.sampled_from([lambda v: base64.b64encode(v).decode(), lambda v: base64.urlsafe_b64encode(v).decode(),
+                               lambda v: v.decode("latin-1")])),
+    max_size=3).map(",".join)
+_CHECKSUM_ALGORITHMS = st.sampled_from(["md5", "sha1", "sha256", "crc32", "", "SHA1"])
+
+
+def _maybe(strategy) -> st.SearchStrategy:
+    return st.one_of(st.none(), strategy)
+
+
+def _checksums(body: bytes) -> st.SearchStrategy[str]:
+    digest = hashlib.sha1(body).digest()
+    return st.builds("{} {}".format, _CHECKSUM_ALGORITHMS,
+                     st.one_of(st.sampled_from([base64.b64encode(digest).decode(), digest.hex()]), _HEADER_TEXT))
+
+
+def _fuzzed(body: bytes) -> dict[str, st.SearchStrategy[str | None]]:
+    """Each tus header's values: absent, near misses and anything."""
+    return {
+        "Tus-Resumable": _maybe(st.one_of(st.sampled_from(["1.0.0", "0.2.2", "1.0"]), _HEADER_TEXT)),
+        "Upload-Length": _maybe(st.one_of(st.integers(-1, 64).map(str), _NUMBER_TEXT)),
+        "Upload-Defer-Length": _maybe(st.one_of(st.sampled_from(["1", "0", "2"]), _HEADER_TEXT)),
+        "Upload-Metadata": _maybe(st.one_of(_METADATA, _HEADER_TEXT)),
+        "Upload-Offset": _maybe(st.one_of(st.sampled_from(["3", "0", "8", "-3"]), _NUMBER_TEXT)),
+        "Upload-Checksum": _maybe(st.one_of(_checksums(body), _HEADER_TEXT)),
+        "Content-Type": _maybe(st.one_of(
+            st.sampled_from(["application/offset+octet-stream", "application/offset+octet-stream; charset=x",
+                             "Application/Offset+Octet-Stream", "", "text/plain", "multipart/form-data"]),
+            _HEADER_TEXT)),
+        "Content-Length": _maybe(_HEADER_TEXT.filter(lambda t: not t.strip().isdigit())),
+    }
+
+
+@st.composite
+def tus_requests(draw) -> tuple[str, dict[str, str | None], bytes]:
+    """(method, headers, body) against an upload of 8 bytes with 3 received:
+    the headers a well-behaved client sends for the method, with up to three
+    of any tus headers changed, dropped or added, so that most requests get
+    past the first check and reach the code behind it."""
+    method = draw(st.sampled_from(["POST", "PATCH", "PATCH", "HEAD", "DELETE"]))
+    body = draw(st.binary(max_size=12))
+    headers: dict[str, str | None] = {"Tus-Resumable": "1.0.0"}
+    if method == "POST":
+        headers |= {"Upload-Length": "5", "Upload-Metadata": f"filename {b64('a.mp4')},filetype {b64('video/mp4')}"}
+    elif method == "PATCH":
+        headers |= {"Content-Type": "application/offset+octet-stream", "Upload-Offset": "3"}
+    fuzzed = _fuzzed(body)
+    for name in draw(st.lists(st.sampled_from(sorted(fuzzed)), max_size=3, unique=True)):
+        headers[name] = draw(fuzzed[name])
+    return method, headers, body
+
+
+@pytest.fixture
+def fuzzer(make_user):
+    """One user for every example of a test (the fixture is not set up again per example)."""
+    return make_user("fuzzer")
+
+
+@hypothesis_settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(request=tus_requests())
+def test_no_tus_header_value_makes_the_api_answer_5xx(request, fuzzer, api_client_for):
+    """Whatever the tus headers say, a 4xx in the API's error shape or a
+    success; and an upload never holds more than it declared."""
+    client = api_client_for(fuzzer)
+    url = create(client, 8)
+    assert patch(client, url, 0, b"abc").status_code == 204
+    method, headers, body = request
+    target = "/api/uploads/resumable/" if method == "POST" else url
+    try:
+        resp = tus(client, method, target, headers, body)
+        assert_no_5xx_and_error_shape(resp, f"{method} {headers} {body!r}")
+        event(f"{method} {resp.status_code}")  # --hypothesis-show-statistics: how deep the examples reach
+        for upload in ResumableUpload.objects.filter(user=fuzzer):
+            size = os.path.getsize(upload.temporary_file_path) if upload.temporary_file_path else 0
+            assert size == upload.upload_offset <= max(upload.upload_length, 0), (upload.upload_length, size)
+    finally:
+        for upload in ResumableUpload.objects.filter(user=fuzzer):
+            upload.delete()  # with its chunks
