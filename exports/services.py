@@ -48,6 +48,7 @@ from project.lanes import Lane
 from uploads import services as job_services
 from uploads.attempts import Attempt, job_attempt_run
 from uploads.errors import JobError
+from uploads.lifecycle import JobRestarted
 from uploads.models import Job, Output, Upload
 from uploads.services import OutputFile
 
@@ -336,13 +337,20 @@ def _write_entry(zf: zipfile.ZipFile, entry: Entry, date_time: tuple) -> None:
             dst.write(block)
 
 
-def export_upload_discard(*, job_id: str, checkpoint: dict) -> None:
+def export_upload_discard(*, checkpoint: dict) -> None:
     """Drop an export's unfinished upload and its objects (a retried export
     starts from a new manifest)."""
     upload = (checkpoint or {}).get("upload")
     if upload:
         media.multipart_abort(upload["key"], upload["id"])
         media.delete_prefix(upload["key"].rsplit("/", 1)[0] + "/")
+
+
+def export_restarted_receive(event: JobRestarted) -> None:
+    """uploads.lifecycle's announcement of a retried job (after its commit,
+    once the old attempts' objects are gone): any job's, and only an
+    export's checkpoint names an upload."""
+    export_upload_discard(checkpoint=event.checkpoint)
 
 
 def job_export(*, job_id: str, hostname: str = "", soft_limit_s: float | None = None,

@@ -5,3 +5,10 @@ class NotifyConfig(AppConfig):
     name = "notify"
     verbose_name = "notifications"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from notify import services
+        from uploads import lifecycle
+
+        # A job's owner hears of its ending (uploads announces it after commit).
+        lifecycle.job_finished.connect(services.job_finished_receive)

@@ -1,7 +1,8 @@
 """Writes: events, their deliveries, and every try at a delivery.
 
-Flow. A job that ends calls `job_finished_notify` on commit (from
-uploads.services.notify_enqueue), which enqueues `notify.job_finished`
+Flow. A job that ends is announced on commit (uploads.lifecycle's
+job_finished, received by `job_finished_receive`, connected in
+notify/apps.py): `job_finished_notify` enqueues `notify.job_finished`
 through the fair dispatcher, charged to the job's owner. That task records
 the job's event if any channel of the owner wants it, and, once every job of
 the upload batch has ended, the batch's one summary (`Event.key` is unique,
@@ -64,6 +65,7 @@ from project import metrics, plans
 from project.dbclock import db_now
 from project.lanes import Lane
 from uploads.errors import ApplicationError
+from uploads.lifecycle import JobFinished
 from uploads.models import Job
 
 log = logging.getLogger(__name__)
@@ -107,6 +109,11 @@ def job_finished_notify(*, job_id, owner_id: int, status: str, plans: Plans | No
         return False
     return _enqueue(TASK_JOB_FINISHED, [str(job_id), status], task_id=_job_finished_task_id(job_id, status),
                     owner_id=owner_id, plans=plans)
+
+
+def job_finished_receive(event: JobFinished) -> None:
+    """uploads.lifecycle's announcement of a job's ending (after its commit)."""
+    job_finished_notify(job_id=event.job_id, owner_id=event.owner_id, status=event.status)
 
 
 def _deliver_task_id(delivery_id, seq: int) -> str:

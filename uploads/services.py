@@ -24,7 +24,7 @@ from dispatcher import KeyPolicy
 from project import logcontext, metrics, plans
 from project.dbclock import db_now
 from project.lanes import Lane
-from uploads import parts
+from uploads import lifecycle, parts
 from uploads.errors import ApplicationError, public_message
 from uploads.models import Batch, Job, JobAttempt, Output, Profile, Upload
 
@@ -318,17 +318,11 @@ def job_finish(*, job_id: str, status: str, attempt: int | None = None, error_co
             parts.part_finished(part=job, status=status, error_code=error_code, error_message=error_message)
         else:
             parts.parts_cancel(parent_id=job_id, message=f"The job was {status}.")
-            # notify_pending (set above) is this publish's outbox
-            dispatcher.after_commit(lambda: notify_enqueue(job_id=job_id, owner_id=job.owner_id, status=status))
+            # Its owner is told by whoever listens (notify: email, webhooks, the
+            # batch's summary); notify_pending (set above) is the outbox.
+            ended = lifecycle.JobFinished(job_id=job_id, owner_id=job.owner_id, status=status)
+            dispatcher.after_commit(lambda: lifecycle.job_finished.send(ended))
     return bool(updated)
-
-
-def notify_enqueue(*, job_id: str, owner_id: int, status: str) -> None:
-    """The job's owner is told through the notify app (email, webhooks, the
-    batch's summary), on the fair io-notify lane."""
-    from notify.services import job_finished_notify
-
-    job_finished_notify(job_id=job_id, owner_id=owner_id, status=status)
 
 
 def job_succeed(*, job_id: str, outputs: list[OutputFile], attempt: int | None = None) -> bool:
@@ -391,18 +385,18 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
 
 
 def _job_objects_delete(jobs: list[tuple[str, int, dict]]) -> None:
-    """Delete the stored outputs of the given attempts of each job (and an
-    export's unfinished upload), logging rather than raising: the rows are
-    gone already, and a leftover object is an orphan, not an error."""
-    from exports.services import export_upload_discard
-
+    """Delete the stored outputs of the given attempts of each job, then
+    announce the restart (exports drops an export's unfinished upload),
+    logging rather than raising: the rows are gone already, and a leftover
+    object is an orphan, not an error."""
     for job_id, attempts, checkpoint in jobs:
         try:
             for number in range(1, attempts + 1):
                 media.delete_prefix(media.outputs_prefix(job_id=job_id, attempt=number))
-            export_upload_discard(job_id=job_id, checkpoint=checkpoint)
         except Exception:
             log.exception("could not delete the stored outputs of job %s", job_id)
+            continue
+        lifecycle.job_restarted.send(lifecycle.JobRestarted(job_id=job_id, checkpoint=checkpoint))
 
 
 def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:

@@ -1,0 +1,100 @@
+"""What happens to jobs, announced for the apps that react to it.
+
+The job lifecycle (uploads/services.py) does not call notifications or
+exports: they use uploads (its models, its services), and a call back would
+close a circle of imports. So uploads announces what happened, and each
+app that cares subscribes in its `AppConfig.ready` (notify/apps.py,
+exports/apps.py), as django-celery-results listens to Celery's signals
+without Celery knowing it exists. uploads imports neither app
+(tests/uploads/test_lifecycle.py checks its every module).
+
+Each announcement is a Django `Signal` carrying one typed, frozen event
+(`Hook`): receivers take the event, nothing else. They are sent where the
+direct calls used to be, so the timing is the same: after the commit of
+the transaction that made them true (never for a change that rolled back),
+and in the order receivers connected. A receiver that raises is logged
+and does not stop the others, nor the caller, whose change has committed
+already: each event has an outbox in the database for what must not be
+lost (`Job.notify_pending`, with notify's reconciler; an export's
+checkpoint, with the bucket's lifecycle rule for multipart uploads).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from django.dispatch import Signal
+
+E = TypeVar("E")
+
+
+class Hook(Generic[E]):
+    """One kind of announcement: a Signal whose only argument is an `E`."""
+
+    def __init__(self, event_type: type[E]) -> None:
+        self.event_type = event_type
+        self._signal = Signal()
+
+    def connect(self, receiver: Callable[[E], object]) -> None:
+        """Call `receiver` with every event sent from now on. Connecting the
+        same function again changes nothing (ready() may run twice)."""
+        self._signal.connect(_Receiver(receiver), sender=self.event_type, weak=False,
+                             dispatch_uid=_uid(receiver))
+
+    def disconnect(self, receiver: Callable[[E], object]) -> None:
+        self._signal.disconnect(sender=self.event_type, dispatch_uid=_uid(receiver))
+
+    def send(self, event: E) -> None:
+        """Tell every receiver, in the order they connected; one that raises
+        is logged (Django's send_robust) and the rest still hear."""
+        if not isinstance(event, self.event_type):
+            raise TypeError(f"{type(event).__name__} sent where {self.event_type.__name__} is announced")
+        self._signal.send_robust(sender=self.event_type, event=event)
+
+
+def _uid(receiver: Callable) -> str:
+    # hash, not id: a bound method is a new object at each access, equal to the last
+    return f"{getattr(receiver, '__module__', '')}.{getattr(receiver, '__qualname__', '')}:{hash(receiver)}"
+
+
+class _Receiver:
+    """A receiver as Signal calls it (sender and keywords), called with the event alone."""
+
+    def __init__(self, receiver: Callable) -> None:
+        self.receiver = receiver
+        self.__qualname__ = getattr(receiver, "__qualname__", repr(receiver))  # send_robust's log names it
+
+    def __call__(self, sender: type, event: object, **kwargs) -> None:
+        self.receiver(event)
+
+
+@dataclass(frozen=True)
+class JobFinished:
+    """A job its owner sees (not a part of a chunked video, whose parent
+    is announced instead) has ended: succeeded, failed or canceled. Sent
+    after the commit of the transaction that ended it, once per ending (a
+    retried job that ends again is announced again). The row's
+    `notify_pending`, set in that transaction, is the outbox: notify clears
+    it once the ending has become its events, and its reconciler finds the
+    endings whose announcement was lost."""
+
+    job_id: str
+    owner_id: int
+    status: str  # a terminal Job.Status
+
+
+@dataclass(frozen=True)
+class JobRestarted:
+    """A failed or canceled job was retried: its rows start again from
+    nothing, and the objects of its attempts so far have been deleted.
+    Sent after the commit of the retry, with the checkpoint the job had,
+    so that the app whose work wrote it can let go of what it names
+    (exports: an unfinished multipart upload)."""
+
+    job_id: str
+    checkpoint: dict
+
+
+job_finished: Hook[JobFinished] = Hook(JobFinished)
+job_restarted: Hook[JobRestarted] = Hook(JobRestarted)
