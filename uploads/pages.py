@@ -31,7 +31,22 @@ def job_page(request: HttpRequest, job_id) -> HttpResponse:
     video = next((o.metadata for o in outputs if o.name in ("mp4", "hls") and o.metadata.get("height")), None)
     video_size = {"width": video["width"], "height": video["height"]} if video else None
     return render(request, "uploads/job_page.html", {"job": job, "links": links, "labelled": labelled,
-                                                    "video_size": video_size})
+                                                    "video_size": video_size, "still": _still(links)})
+
+
+# The still pictures a job may have, largest first: an image's three sizes
+# (each in WebP with a JPEG beside it, transcoding/images.py), a PDF's one
+# WebP thumbnail (transcoding/pipelines.py).
+STILLS = ("large", "medium", "thumbnail")
+
+
+def _still(links: dict[str, str]) -> dict[str, str | None] | None:
+    """The largest still picture there is: its WebP, and its JPEG for
+    browsers without WebP when there is one. Chosen here, not with chained
+    `default:` filters in the template: a filter argument that names a
+    missing output (`links.medium` of a PDF) is an error there, not a blank."""
+    name = next((name for name in STILLS if name in links), None)
+    return {"webp": links[name], "jpeg": links.get(f"{name}_jpeg")} if name else None
 
 
 @login_required
