@@ -1,7 +1,7 @@
 from django.contrib import admin, messages
 
 from notify import services
-from notify.models import ChannelPreference, Delivery, DeliveryAttempt, Endpoint, Event
+from notify.models import ChannelPreference, Delivery, DeliveryAttempt, Endpoint, Event, JobEnding
 
 
 class AttemptInline(admin.TabularInline):
@@ -67,6 +67,20 @@ class EventAdmin(admin.ModelAdmin):
     list_filter = ["type", "created_at"]
     search_fields = ["key", "owner__username", "id", "job_id", "batch"]
     readonly_fields = [f.name for f in Event._meta.fields]
+
+
+@admin.register(JobEnding)
+class JobEndingAdmin(admin.ModelAdmin):
+    """Job endings whose events could not be made (given up after
+    NOTIFY_MAX_ATTEMPTS tries), and those being made right now."""
+
+    list_display = ["job_id", "job_status", "status", "tries", "error_code", "given_up_at", "finished_at"]
+    list_filter = ["status", "error_code"]
+    search_fields = ["job_id", "error_code"]
+    readonly_fields = [f.name for f in JobEnding._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
 
 
 @admin.register(ChannelPreference)

@@ -159,3 +159,36 @@ class DeliveryAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.delivery_id}"
+
+
+class JobEnding(models.Model):
+    """Turning one job's ending into its events (the `notify.job_finished`
+    task, notify.services.job_event_process). Every try is counted before
+    it runs, so that an ending whose task fails every time (a bug, a row no
+    code expected) is given up after NOTIFY_MAX_ATTEMPTS tries, failed with
+    its error's code, instead of being re-submitted by the reconciler every
+    FAIR_RECONCILE_S forever. A row lives while its ending is being
+    processed and goes when it succeeds; one given up stays, for operators
+    (the admin lists them)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"  # being processed (tried `tries` times so far)
+        FAILED = "failed"  # given up: the job's owner hears nothing of this ending
+
+    job_id = models.UUIDField()  # indexed by the constraint below
+    # Which ending: a retried job that ends again is another one.
+    finished_at = models.DateTimeField()
+    job_status = models.CharField(max_length=16, help_text="How the job ended.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    tries = models.PositiveIntegerField(default=0)
+    error_code = models.CharField(max_length=64, blank=True, help_text="The last try's error.")
+    error_message = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    given_up_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["job_id", "finished_at"], name="job_ending_once")]
+
+    def __str__(self) -> str:
+        return f"{self.job_status} ending of job {self.job_id}"

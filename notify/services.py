@@ -15,7 +15,9 @@ Outboxes. Every submit happens after commit and may find Redis down; the
 rows say what is owed, and reconcilers (run by the workers every
 FAIR_RECONCILE_S) submit it again: `Job.notify_pending` for job endings
 (`job_notifications_reconcile`), pending deliveries for tries
-(`deliveries_reconcile`).
+(`deliveries_reconcile`). Both are bounded: an ending's tries are counted
+(`JobEnding`) as a delivery's are, and given up after NOTIFY_MAX_ATTEMPTS,
+so a task that fails every time is not re-submitted forever.
 
 A try claims its delivery with a guarded UPDATE on (id, seq): `seq` grows
 each time a try is scheduled, so a duplicated or stale message claims
@@ -59,7 +61,7 @@ import dispatcher
 from dispatcher import KeyPolicy
 from notify import emails, ratelimit, retry, signing, ssrf, transport
 from notify.events import JOB_EVENTS, SUBSCRIBABLE, Channel, EventType
-from notify.models import ChannelPreference, Delivery, DeliveryAttempt, Endpoint, Event
+from notify.models import ChannelPreference, Delivery, DeliveryAttempt, Endpoint, Event, JobEnding
 from notify.selectors import preferences_for_user
 from project import metrics, plans
 from project.dbclock import db_now
@@ -213,18 +215,89 @@ def _job_finished_task_id(job_id, status: str) -> str:
 def job_event_process(*, job_id: str, status: str) -> None:
     """The notify side of a job ending: its own event, then its batch's
     summary; then the job's outbox flag is cleared. Running it again (a
-    redelivery, the reconciler) publishes nothing twice: events are keyed."""
+    redelivery, the reconciler) publishes nothing twice: events are keyed.
+    Each try is counted first (`_ending_claim`): one that raises records its
+    error and, at the NOTIFY_MAX_ATTEMPTS-th, gives the ending up, so the
+    reconciler stops re-submitting it."""
     job = Job.objects.select_related("owner", "upload").filter(id=job_id).first()
     if job is None or job.status != status:
         return  # gone, or retried since: a later ending will be reported
-    event_type = JOB_EVENTS.get(status)
-    if event_type is not None:
-        stamp = job.finished_at.timestamp() if job.finished_at else 0
-        event_publish(owner=job.owner, event_type=event_type, key=f"{event_type}:{job.id}:{stamp}",
-                      data=_job_data(job), job_id=job.id)
-    if job.upload_id:
-        batch_summary_publish(batch=job.upload.batch, owner=job.owner)
-    Job.objects.filter(id=job_id, status=status, finished_at=job.finished_at).update(notify_pending=False)
+    ending = _ending_claim(job)
+    if ending is None:
+        return  # given up
+    try:
+        event_type = JOB_EVENTS.get(status)
+        if event_type is not None:
+            stamp = job.finished_at.timestamp() if job.finished_at else 0
+            event_publish(owner=job.owner, event_type=event_type, key=f"{event_type}:{job.id}:{stamp}",
+                          data=_job_data(job), job_id=job.id)
+        if job.upload_id:
+            batch_summary_publish(batch=job.upload.batch, owner=job.owner)
+    except Exception as exc:
+        _ending_failed(ending, exc)
+        raise
+    with transaction.atomic():
+        _ending_pending_clear(ending)
+        JobEnding.objects.filter(pk=ending.pk).delete()
+
+
+# --- a job ending's tries ------------------------------------------------------------
+
+
+ENDING_LOST_ERROR = "no outcome recorded: the worker stopped before the try ended"
+
+
+def _ending_claim(job: Job) -> JobEnding | None:
+    """Count a try at turning the job's ending into events, before it runs
+    (whatever stops it, it has counted). None when the ending was given up
+    already (a stale message), or is now: its tries are spent, the last
+    ones by workers that died without recording why."""
+    key = {"job_id": job.id, "finished_at": job.finished_at or job.created_at}
+    pending = JobEnding.objects.filter(**key, status=JobEnding.Status.PENDING)
+    if not pending.update(tries=F("tries") + 1):
+        try:
+            with transaction.atomic():
+                return JobEnding.objects.create(**key, job_status=job.status, tries=1)
+        except IntegrityError:  # another try created it meanwhile, or it was given up
+            if not pending.update(tries=F("tries") + 1):
+                return None
+    ending = pending.first()
+    if ending is not None and ending.tries > settings.NOTIFY_MAX_ATTEMPTS:
+        ending.tries -= 1  # this one does not run
+        _ending_give_up(ending, code=ending.error_code or "no_outcome",
+                        message=ending.error_message or ENDING_LOST_ERROR)
+        return None
+    return ending
+
+
+def _ending_failed(ending: JobEnding, exc: Exception) -> None:
+    """A try raised: record why, and give the ending up when it was the last."""
+    code = str(getattr(exc, "code", "") or type(exc).__name__)[:64]
+    message = _storable(str(exc) or code, limit=JobEnding._meta.get_field("error_message").max_length,
+                        one_line=True)
+    JobEnding.objects.filter(pk=ending.pk, status=JobEnding.Status.PENDING).update(error_code=code,
+                                                                                  error_message=message)
+    if ending.tries >= settings.NOTIFY_MAX_ATTEMPTS:
+        _ending_give_up(ending, code=code, message=message)
+
+
+def _ending_give_up(ending: JobEnding, *, code: str, message: str) -> None:
+    """The ending fails for good, once: its row says with what, and the
+    job's outbox flag is cleared, so the reconciler submits it no more."""
+    with transaction.atomic():
+        if not JobEnding.objects.filter(pk=ending.pk, status=JobEnding.Status.PENDING).update(
+                status=JobEnding.Status.FAILED, tries=ending.tries, error_code=code, error_message=message,
+                given_up_at=db_now()):
+            return
+        _ending_pending_clear(ending)
+    log.error("job %s: its %s ending could not be turned into events in %d tries, given up (%s: %s)",
+              ending.job_id, ending.job_status, ending.tries, code, message)
+
+
+def _ending_pending_clear(ending: JobEnding) -> None:
+    """The job's outbox flag off, unless the job has ended again since."""
+    Job.objects.filter(id=ending.job_id, status=ending.job_status, finished_at=ending.finished_at).update(
+        notify_pending=False)
 
 
 def job_notifications_reconcile() -> int:

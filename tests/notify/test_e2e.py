@@ -16,11 +16,12 @@ from standardwebhooks import Webhook
 
 from bench.ports import free_port
 from notify import services
-from notify.models import Delivery
+from notify.models import ChannelPreference, Delivery, Event, JobEnding
 from tests.notify.processes import IoWorker, private_redis
 from tests.notify.receiver import Answer, Receiver
 from tests.promise import wait_for
 from uploads import services as upload_services
+from uploads.models import Job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -144,3 +145,32 @@ def test_a_real_email_goes_out_through_smtp_from_a_worker(make_user, make_batch,
     delivery = Delivery.objects.get(channel="email")
     assert delivery.status == "succeeded" and delivery.attempts == 1
     assert str(uuid.UUID(str(delivery.event.batch))) == str(job.upload.batch)
+
+
+def test_a_job_ending_whose_events_fail_every_time_is_given_up_after_its_tries(workers, make_user, make_batch):
+    """The reconciler re-submits an ending whose notify task never ran to
+    the end; one whose task raises every time it used to re-submit every
+    FAIR_RECONCILE_S, forever. Now it ends after NOTIFY_MAX_ATTEMPTS tries,
+    failed with its error's code, once."""
+    alice = make_user("alice")
+    # Stored around the API's checks: reading alice's choices raises, on every try.
+    ChannelPreference.objects.create(user=alice, channel="email", events=5)
+    [job] = make_batch(alice, ["running"])
+    upload_services.job_fail(job_id=str(job.id), code="not_media", message="Not a media file.")
+    task_id = f"notify-job-{job.id}-failed"
+
+    def tries() -> int:
+        log = workers.procs["io"].log.read_text(errors="replace").splitlines()
+        return sum(1 for line in log if task_id in line and "raised unexpected" in line)
+
+    wait_for(lambda: not Job.objects.get(id=job.id).notify_pending, 90,
+             lambda: f"the ending given up; tried {tries()} times so far")
+    limit = int(os.environ["NOTIFY_MAX_ATTEMPTS"])
+    assert tries() == limit
+    ending = JobEnding.objects.get(job_id=job.id)
+    assert (ending.status, ending.tries, ending.error_code) == ("failed", limit, "TypeError")
+    assert ending.given_up_at is not None and not Event.objects.filter(job_id=job.id).exists()
+    # Given up once: the flag that makes the reconciler submit it again is off for good.
+    given_up = [line for line in workers.procs["io"].log.read_text(errors="replace").splitlines()
+                if str(job.id) in line and "given up" in line]
+    assert len(given_up) == 1, given_up

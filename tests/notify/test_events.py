@@ -116,3 +116,62 @@ def test_a_failing_mail_server_is_retried(alice, make_batch, settings):
     assert services.delivery_attempt(delivery_id=str(delivery.id), seq=0) == "retry"
     delivery.refresh_from_db()
     assert delivery.status == "pending" and "ConnectionRefused" in delivery.last_error
+
+
+# --- an ending whose events cannot be made: counted tries, given up once ----------------
+
+
+@pytest.fixture
+def broken(alice):
+    """alice's choices stored around the API's checks: reading them raises, every time."""
+    from notify.models import ChannelPreference
+
+    ChannelPreference.objects.create(user=alice, channel="email", events=5)
+    return alice
+
+
+def test_an_ending_that_fails_every_try_is_given_up_at_the_last_with_its_code(broken, make_batch, settings):
+    from notify.models import JobEnding
+
+    settings.NOTIFY_MAX_ATTEMPTS = 3
+    [job] = make_batch(broken, ["running"])
+    with pytest.raises(TypeError):
+        end(job, "failed")
+    Job.objects.filter(id=job.id).update(notify_pending=True)  # as job_finish leaves it
+    for expected in ("pending", "failed"):
+        with pytest.raises(TypeError):
+            services.job_event_process(job_id=str(job.id), status="failed")
+        assert JobEnding.objects.get(job_id=job.id).status == expected
+    ending = JobEnding.objects.get(job_id=job.id)
+    assert (ending.tries, ending.error_code) == (3, "TypeError") and "iterable" in ending.error_message
+    assert not Job.objects.get(id=job.id).notify_pending  # the reconciler submits it no more
+    services.job_event_process(job_id=str(job.id), status="failed")  # a stale message: nothing runs
+    assert JobEnding.objects.get(job_id=job.id).tries == 3
+
+
+def test_tries_whose_worker_died_count_and_the_ending_is_given_up_without_running(alice, make_batch, settings):
+    from notify.models import JobEnding
+
+    settings.NOTIFY_MAX_ATTEMPTS = 2
+    [job] = make_batch(alice, ["failed"])
+    Job.objects.filter(id=job.id).update(notify_pending=True)
+    JobEnding.objects.create(job_id=job.id, finished_at=job.finished_at, job_status="failed", tries=2)
+    services.job_event_process(job_id=str(job.id), status="failed")
+    ending = JobEnding.objects.get(job_id=job.id)
+    assert (ending.status, ending.tries, ending.error_code) == ("failed", 2, "no_outcome")
+    assert not Event.objects.filter(job_id=job.id).exists() and not Job.objects.get(id=job.id).notify_pending
+
+
+def test_a_later_ending_of_a_job_whose_ending_was_given_up_has_tries_of_its_own(broken, make_batch, settings):
+    from notify.models import ChannelPreference, JobEnding
+
+    settings.NOTIFY_MAX_ATTEMPTS = 1
+    [job] = make_batch(broken, ["running"])
+    with pytest.raises(TypeError):
+        end(job, "failed")
+    [given_up] = JobEnding.objects.all()
+    assert given_up.status == "failed"
+    ChannelPreference.objects.filter(user=broken).delete()  # mended; the job is retried and ends again
+    end(job, "failed")
+    assert list(JobEnding.objects.all()) == [given_up]  # the new ending's count went with its success
+    assert Event.objects.filter(type="batch.completed").exists()
