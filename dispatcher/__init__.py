@@ -18,6 +18,8 @@ Layout
   reports, heartbeats, the ticker, draining); `project/celery.py` imports it.
 - `hosts.py`: which worker hosts are alive and which of their processes, as
   the hosts say (a sweep elsewhere tells a lost host from a crash).
+- `health.py`: whether a lane moves (a stalled lane has work and has moved
+  nothing for FAIR_STALL_S), for /healthz, /metrics and the staff page.
 - `admin_page.py` (+ `templates/`): the staff page `/admin/fairness/`.
 
 Callers use this package's namespace (`from dispatcher import enqueue`), never
@@ -67,7 +69,16 @@ processes and workers; a job id is accepted once, popped once, hence released
 once. Released jobs are leased (`release_lease_s` until a worker starts them,
 `run_lease_s` renewed by heartbeats while they run); `reap` puts expired ones
 back at the front of their backlog, so a process killed at any point loses no
-job. They are the only redelivery a fair lane needs, so kombu's emulation of
+job. A released job's message that a worker took and died with (killed
+before it started the job, or unable to put it back at a warm shutdown
+because Redis was down) would hold its window slot for the whole release
+lease; instead every worker process says which jobs it holds (`holding`,
+every third of the workers' registration TTL), and a released job found in
+no queue and held by no live process, at two looks a margin apart, is put
+back within about that TTL (lua/_lib.lua, `recover_orphans`). Each lane
+also keeps when it last moved (a release, start, heartbeat or finish), so a
+health check can tell a lane that holds work and moves nothing
+(`health.py`). They are the only redelivery a fair lane needs, so kombu's emulation of
 acknowledgements (a copy of every delivered message in Redis until its ack)
 is off while fair dispatch is on (project/settings.py). Per-key concurrency
 caps and token-bucket rate limits park a key in `capped` / `throttled` until
@@ -101,6 +112,7 @@ We chose hold-and-release because:
 The doorbell remains the better fit if long jobs meet kombu's visibility
 timeout; the lease layout here (inflight set, heartbeats) would carry over.
 """
+from dispatcher.health import LaneHealth, lane_health
 from dispatcher.hosts import host_processes, register_host, unregister_worker_of_host
 from dispatcher.scheduler import NO_RATE_LIMIT, FairScheduler, Released
 from dispatcher.service import (
@@ -109,7 +121,8 @@ from dispatcher.service import (
 )
 
 __all__ = (
-    "HANDED_BACK", "NO_RATE_LIMIT", "FairScheduler", "KeyPolicy", "Released", "after_commit", "cancel", "enqueue",
-    "finish", "hand_back", "host_processes", "is_draining", "is_fair", "job_id_of", "register_host",
+    "HANDED_BACK", "NO_RATE_LIMIT", "FairScheduler", "KeyPolicy", "LaneHealth", "Released", "after_commit", "cancel",
+    "enqueue", "finish", "hand_back", "host_processes", "is_draining", "is_fair", "job_id_of", "lane_health",
+    "register_host",
     "release_all", "scheduler", "set_draining", "unregister_worker_of_host",
 )

@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils.module_loading import import_string
 
+from dispatcher.health import lane_health
 from dispatcher.service import scheduler
 from project.lanes import FAIR_LANES, Lane
 
@@ -38,6 +39,16 @@ def _idle_policies(keys: list[str], lane: Lane) -> dict[str, tuple[float, int | 
         return {}
     policies = import_string(settings.FAIR_POLICY_PROVIDER)(user_ids=ids, lane=lane)
     return {str(i): (p.weight, p.cap) for i, p in policies.items()}
+
+
+def stale_entries(lane: Lane) -> list[dict]:
+    """Jobs in flight that look stuck: released but in no queue and held by
+    no live worker (lost-message recovery puts them back within seconds;
+    one that stays says recovery is off or failing), or whose lease has run
+    out and that no reap has put back yet."""
+    entries = scheduler(lane).inflight(ttl_s=settings.FAIR_WORKER_TTL_S)
+    return [{**e, "lease_s": round(e["lease_s"], 1), "missing_s": round(e["missing_s"], 1)} for e in entries
+            if e["lease_s"] < 0 or (e["state"] == "released" and not e["queued"] and not e["holder"])]
 
 
 def lanes_snapshot() -> list[dict]:
@@ -67,8 +78,14 @@ def lanes_snapshot() -> list[dict]:
         # Two live processes started with one node name: the second's slots
         # do not count (scheduler.register_worker), which operators must see.
         clashes = [{"name": name, **clash} for name, clash in sorted(snap["worker_clashes"].items())]
+        health = lane_health(lane)
+        stale = stale_entries(lane)
+        for entry in stale:
+            entry["user"] = names.get(int(entry["key"])) if entry["key"].isdigit() else None
         lanes.append({"lane": lane.value, "totals": snap["totals"], "keys": rows, "worker_clashes": clashes,
-                      "has_usage": lane.value in settings.FAIR_USAGE_PROVIDERS})
+                      "has_usage": lane.value in settings.FAIR_USAGE_PROVIDERS,
+                      "health": {"stalled": health.stalled, "idle_s": health.idle_s, "stall_s": settings.FAIR_STALL_S},
+                      "stale": stale})
     return lanes
 
 

@@ -33,6 +33,7 @@ _LUA_DIR = Path(__file__).with_name("lua")
 _SCRIPT_NAMES = (
     "submit", "submit_release", "release", "start", "heartbeat", "finish",
     "requeue", "reap", "cancel", "register_worker", "unregister_worker", "snapshot",
+    "holding", "inflight", "health",
 )
 
 
@@ -323,6 +324,40 @@ class FairScheduler:
         Does not release: the ticker calls release after it.
         """
         return [_text(job_id) for job_id in self._run("reap", _now(now))]
+
+    def holding(
+        self, token: str, job_ids: list[str], *, ttl_s: float, margin_s: float = 1.0, every_s: float = 1.0,
+        now: float | None = None,
+    ) -> list[str]:
+        """Worker process `token` holds `job_ids` of this lane (taken from
+        the queue: waiting for a pool slot or running), as of now and for
+        `ttl_s`. Then, at most once per `every_s` for the lane, released jobs
+        whose message is in no queue and held by no live process, at two
+        looks `margin_s` apart, go back to the front of their backlogs
+        (lua/_lib.lua, `recover_orphans`); returns their ids. Does not
+        release: the caller releases next, as after reap.
+
+        A process reports before it takes its first message and then
+        every third of `ttl_s`: a message lost with its worker (killed, or
+        Redis down at its warm shutdown) is offered again within about
+        `ttl_s` plus two reports, not when its release lease runs out."""
+        return [_text(job_id) for job_id in self._run(
+            "holding", token, ttl_s, _now(now), margin_s, every_s, *job_ids)]
+
+    def inflight(self, *, ttl_s: float, now: float | None = None) -> list[dict[str, Any]]:
+        """Every job in flight, for the staff page: {id, key, state
+        ("released" or "running"), lease_s (until its lease runs out),
+        queued (its message waits in the queue), holder (the worker process
+        that says it has it, or ""), missing_s (how long it has been in
+        neither, -1 if it has not)}. O(window + queue + workers)."""
+        return json.loads(self._run("inflight", _now(now), ttl_s))
+
+    def health(self, *, now: float | None = None) -> dict[str, Any]:
+        """What the health check needs, O(1): {eligible (keys waiting their
+        turn), in_flight, window, progress_at (the last release, start,
+        heartbeat or finish, Redis's clock), now, missing (released jobs
+        found in no queue and held by no worker, awaiting recovery)}."""
+        return json.loads(self._run("health", _now(now), self.default_window, self.headroom))
 
     def cancel(self, job_id: str) -> bool:
         """Remove a held or delayed job; False when it is unknown or already released."""

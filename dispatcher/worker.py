@@ -18,6 +18,12 @@
   the reconcilers (rebuild held state from the database), and start the
   ticker thread that reaps expired leases and releases delayed and
   throttled jobs.
+- worker_ready and every third of FAIR_WORKER_TTL_S after (draining too):
+  say which of each lane's jobs this process holds (taken from the queue:
+  waiting for a pool slot or running), so that a released job whose message
+  is in no queue and held by no live process (its worker was killed with
+  it, or Redis was down at its warm shutdown) is offered again within
+  seconds, not when its release lease runs out (scheduler.holding).
 - worker_shutdown: unregister, so the window shrinks at once.
 - worker_shutdown and worker_process_shutdown (a prefork child, which
   leaves by os._exit, without atexit): send the held jobs' task-sent
@@ -84,6 +90,13 @@ _loaded_at = time.time()  # about when this process started: with the pid, no la
 _refused: set[Lane] = set()  # lanes where another live process holds this worker's name
 _stop = threading.Event()
 _draining = threading.Event()  # SIGTERM received: no re-registration, no new jobs
+# A message taken just before the scheduler looked for lost ones is listed
+# by this process's next report; the margin covers the moment between taking
+# it and noting it plus the report's round trip (scheduler.holding).
+LOST_MESSAGE_MARGIN_S = 1.0
+# The looks for lost messages are taken at most this often per lane, however
+# many workers report (each look is O(window + queue + workers)).
+LOST_MESSAGE_LOOK_EVERY_S = 1.0
 # A job's start is reported to the scheduler only once it has run this long:
 # most jobs are shorter, and their finish alone is enough (their release
 # lease covers them meanwhile). Saves a round trip per short job.
@@ -358,6 +371,35 @@ def _register_workers() -> None:
     register_host(settings.FAIRLANE_HOST_ID, _worker_lanes[0][0], _own_processes(), ttl_s=settings.FAIR_WORKER_TTL_S)
 
 
+def _held_job_ids(lane: Lane) -> list[str]:
+    """The jobs of `lane` this worker process holds: every request Celery has
+    received and not finished (reserved, waiting for a slot, or running).
+    The consumer adds them in the main thread; `list` copies the dict in one
+    step under the GIL."""
+    from celery.worker import state
+
+    ids = []
+    for task_id, request in list(state.requests.items()):
+        if _fair_lane(request.name) == lane:
+            ids.append(job_id_of(task_id))
+    return ids
+
+
+def _report_holdings() -> None:
+    """Tell each lane which of its jobs this process holds; put back and
+    release the jobs whose message the scheduler finds lost."""
+    if not settings.FAIR_RECOVER_LOST_MESSAGES:
+        return
+    for _, lane, _ in _worker_lanes:
+        sched = scheduler(lane)
+        recovered = sched.holding(_instance(), _held_job_ids(lane), ttl_s=settings.FAIR_WORKER_TTL_S,
+                                  margin_s=LOST_MESSAGE_MARGIN_S, every_s=LOST_MESSAGE_LOOK_EVERY_S)
+        if recovered:
+            log.warning("lane %s: %d released job(s) whose message was lost (in no queue, held by no live worker) "
+                        "offered again: %s", lane.value, len(recovered), recovered[:10])
+            sched.release()
+
+
 def _ticker_loop() -> None:
     """Reap and release on a timer, as a safety net beside the event-driven
     releases (submit, finish). Sleeps until the scheduler's next due time,
@@ -366,8 +408,10 @@ def _ticker_loop() -> None:
     while not _stop.is_set():
         try:
             now = time.monotonic()  # intervals only: comparisons of instants are Redis's (one clock)
-            if now - last_register > settings.FAIR_WORKER_TTL_S / 3 and not _draining.is_set():
-                _register_workers()
+            if now - last_register > settings.FAIR_WORKER_TTL_S / 3:
+                if not _draining.is_set():
+                    _register_workers()
+                _report_holdings()  # draining too: its jobs are still its own
                 last_register = now
             if now - last_reconcile >= settings.FAIR_RECONCILE_S:
                 last_reconcile = now
@@ -393,6 +437,9 @@ def _on_worker_ready(sender, **kwargs) -> None:
     if not _worker_lanes:
         return
     _register_workers()
+    # Before the first message is taken: the event loop starts after this
+    # signal (celery.worker.loops.asynloop), so no report ever misses one.
+    _report_holdings()
     if not _refused:  # the name is this process's
         for name, _, _ in _worker_lanes:
             set_draining(name, False)  # the same name may have stopped before

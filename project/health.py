@@ -8,6 +8,17 @@ Redis PING, and the worker registrations the fair dispatcher already keeps
 a full second for the replies, so a few requests a second filled the web
 server's threads.
 
+A lane can have live workers and still move nothing (every slot of its
+window held by jobs that will never run): each lane is also checked for
+progress (dispatcher/health.py). A lane with work to move that has
+released, started, renewed or finished nothing for FAIR_STALL_S (60 s) is
+`stalled`, and the answer is 503, whatever the registrations say. This is
+a check of the whole system, for monitoring and deploys; a load balancer
+that wants to know whether this web process answers needs only a 2xx or
+503 from it, and should not drain every web host because a lane stalled:
+give it `?scope=web`, which checks only what a web request needs (the
+database and Redis).
+
 Workers register only when fair dispatch is on (FAIR_DISPATCH_ENABLED=0,
 plain Celery, is for benchmarks): without it, no lane has a live worker.
 
@@ -53,14 +64,31 @@ def workers_check(live: LiveWorkers, *, detailed: bool) -> dict:
     return {"ok": ok, "lanes": lanes}
 
 
-def _redis_and_workers(detailed: bool) -> tuple[dict, dict]:
+def _redis_workers_and_lanes(detailed: bool, *, web_only: bool) -> dict:
     try:
         dispatcher.scheduler(Lane.CPU_TRANSCODE).client.ping()
+        if web_only:
+            return {"redis": {"ok": True}}
         # Expired against the dispatcher's own clock (live_workers' default).
         live = {lane: dispatcher.scheduler(lane).live_workers() for lane in FAIR_LANES}
+        return {"redis": {"ok": True}, "workers": workers_check(live, detailed=detailed),
+                "lanes": lanes_check(detailed=detailed)}
     except Exception as exc:  # any client error means "down"
-        return _failed(exc, detailed), {"ok": False}
-    return {"ok": True}, workers_check(live, detailed=detailed)
+        failed = {"redis": _failed(exc, detailed)}
+        return failed if web_only else {**failed, "workers": {"ok": False}, "lanes": {"ok": False}}
+
+
+def lanes_check(*, detailed: bool) -> dict:
+    """Each fair lane moves: not stalled (dispatcher/health.py)."""
+    lanes = {}
+    for lane in sorted(FAIR_LANES):
+        h = dispatcher.lane_health(lane)
+        lanes[lane.value] = {
+            "ok": not h.stalled, "state": "stalled" if h.stalled else "moving" if h.has_work else "idle",
+            "idle_s": h.idle_s, "in_flight": h.in_flight, "window": h.window, "waiting_users": h.waiting_users,
+            "lost_messages_pending": h.lost_pending,
+        } if detailed else not h.stalled
+    return {"ok": all((lane["ok"] if detailed else lane) for lane in lanes.values()), "lanes": lanes}
 
 
 def _detailed(request: HttpRequest) -> bool:
@@ -71,7 +99,7 @@ def _detailed(request: HttpRequest) -> bool:
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     detailed = _detailed(request)
-    redis_check, workers = _redis_and_workers(detailed)
-    checks = {"database": _database(detailed), "redis": redis_check, "workers": workers}
+    web_only = request.GET.get("scope") == "web"
+    checks = {"database": _database(detailed), **_redis_workers_and_lanes(detailed, web_only=web_only)}
     ok = all(c["ok"] for c in checks.values())
     return JsonResponse({"ok": ok, **checks}, status=200 if ok else 503)

@@ -113,6 +113,13 @@ def _gauges(now: float):
     window = GaugeMetricFamily("fairlane_window_jobs", "Live worker slots plus headroom.", labels=["lane"])
     age = GaugeMetricFamily("fairlane_worker_heartbeat_age_seconds", "Seconds since each worker last "
                             "renewed its registration (every third of FAIR_WORKER_TTL_S).", labels=["lane", "worker"])
+    stalled = GaugeMetricFamily("fairlane_lane_stalled", "1 when the lane has work to move and has released, "
+                                "started, renewed or finished nothing for FAIR_STALL_S (dispatcher/health.py).",
+                                labels=["lane"])
+    idle = GaugeMetricFamily("fairlane_lane_idle_seconds", "Seconds since the lane last released, started, "
+                             "renewed or finished a job.", labels=["lane"])
+    lost = GaugeMetricFamily("fairlane_lost_messages_pending", "Released jobs found in no queue and held by no "
+                             "worker, to be offered again within seconds.", labels=["lane"])
     for lane in sorted(FAIR_LANES):
         sched = dispatcher.scheduler(lane)
         totals = sched.snapshot(now=now)["totals"]
@@ -123,7 +130,11 @@ def _gauges(now: float):
         window.add_metric([lane.value], totals["window"])
         for name, (_, expires_at) in sorted(sched.live_workers(now=now).items()):
             age.add_metric([lane.value, name], max(0.0, now - (expires_at - settings.FAIR_WORKER_TTL_S)))
-    yield from (backlog, in_flight, delayed, active, window, age)
+        health = dispatcher.lane_health(lane)
+        stalled.add_metric([lane.value], float(health.stalled))
+        idle.add_metric([lane.value], health.idle_s)
+        lost.add_metric([lane.value], health.lost_pending)
+    yield from (backlog, in_flight, delayed, active, window, age, stalled, idle, lost)
 
 
 class _Collector:

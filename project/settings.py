@@ -332,9 +332,10 @@ FAIR_LANES = {
     # worker.py), so a lane of long jobs needs none: 0 on cpu-transcode
     # (bench-fairness: a light user behind a flood waits for no queued job).
     # The io lane's 64 threads finish in bursts; 8 keep them fed.
-    # release_lease_s: a released job not started by then is offered again
-    # (covers a publisher that died before publishing). Above the longest job
-    # a released message may wait behind.
+    # release_lease_s: a released job not started by then is offered again.
+    # Above the longest job a released message may wait behind (taken by a
+    # worker whose slots are busy). A message lost with its worker comes
+    # back much sooner (FAIR_RECOVER_LOST_MESSAGES, below).
     # run_lease_s: a running job's lease, renewed every third of it; a dead
     # worker's job is offered again within this.
     "cpu-transcode": {
@@ -358,6 +359,18 @@ FAIR_LANES = {
 # a dead host's lease expired, the host's registration has expired too and
 # the job is counted as lost with its host, not as a crash.
 FAIR_WORKER_TTL_S = float(os.environ.get("FAIR_WORKER_TTL_S", "8"))
+# Each worker process reports which jobs it holds every third of
+# FAIR_WORKER_TTL_S; a released job whose message is in no queue and held by
+# no live process (lost with a killed worker) is offered again within about
+# FAIR_WORKER_TTL_S plus two reports instead of its release lease
+# (dispatcher/worker.py). Off only in tests that produce the stall it prevents.
+FAIR_RECOVER_LOST_MESSAGES = env_bool("FAIR_RECOVER_LOST_MESSAGES", True)
+# A lane with work to move (jobs in flight, or users waiting with room in
+# the window) that has released, started, renewed or finished nothing for
+# this long is reported stalled by /healthz, /metrics and the fairness page
+# (dispatcher/health.py). A healthy lane with work moves at least every
+# heartbeat (10 s); 60 s leaves room for a slow release after a restart.
+FAIR_STALL_S = float(os.environ.get("FAIR_STALL_S", "60"))
 # The workers' ticker reaps expired leases and releases delayed and throttled
 # jobs at most this often (and sooner when the scheduler says something is due).
 FAIR_TICK_S = float(os.environ.get("FAIR_TICK_S", "1.0"))

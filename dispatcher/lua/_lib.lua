@@ -13,6 +13,7 @@
 -- Numbers are written with %.17g: Redis would otherwise format Lua numbers
 -- with %.14g, and the virtual clock would drift by rounding on every write.
 local P, H, ACTIVE, CAPPED, THROTTLED, DELAYED, INFLIGHT, WORKERS, SLOTS, TOKENS, CLASHES, QUEUE
+local HOLDS, MISSING
 -- H, one hash for everything the hot path reads and writes, so that a call
 -- reads what it needs with one HMGET (two in a release: the next key and
 -- job are known only once `active` is asked) and writes everything it
@@ -27,13 +28,17 @@ local P, H, ACTIVE, CAPPED, THROTTLED, DELAYED, INFLIGHT, WORKERS, SLOTS, TOKENS
 -- and count, valid from wa until wu (the earliest registration expiry;
 -- register_worker and unregister_worker invalidate it); fl, the number of
 -- jobs in flight (ZCARD of `inflight`, counted again whenever the workers
--- are, so that no mistake could last).
+-- are, so that no mistake could last); lp, when the lane last made
+-- progress (a release, a start, a running job's heartbeat or a finish), for
+-- the health check (`health`).
 -- Which process holds each live worker name (its instance token), and the
 -- names another live process tried to register as well: name -> JSON
 -- {token = the refused one, ['until'] = when the record lapses}.
 -- The Celery queue (a kombu Redis list) that release pushes messages to;
 -- absent: release only returns them. Not under the hash tag: in Redis
 -- Cluster the lane's queue must be made to share the lane's slot.
+-- Which jobs each worker process says it holds (`holding`), and since when
+-- a released job was found in no queue and held by no one (`recover_orphans`).
 -- Where a stored message (dispatcher/message.py) carries its release tag.
 local RELEASE_TAG = '~release~'
 
@@ -117,6 +122,7 @@ local function begin(keys)
   DELAYED, INFLIGHT = P .. 'delayed', P .. 'inflight'
   WORKERS, SLOTS = P .. 'workers', P .. 'slots'
   TOKENS, CLASHES = P .. 'worker_token', P .. 'worker_clash'
+  HOLDS, MISSING = P .. 'holds', P .. 'missing'
   QUEUE = keys[2]
   call_now = nil
   meta, meta_orig = nil, {}
@@ -124,7 +130,7 @@ local function begin(keys)
   job_val, job_orig = {}, {}
 end
 
-local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl'}
+local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl', 'lp'}
 -- A fairness key's fields: vt (its virtual time), w (weight), cap, rate
 -- ("tokens_per_s:burst"), bucket ("tokens:updated_at"), n (its jobs in
 -- flight), pol (the settings "weight|cap|rate" as submit last applied them)
@@ -294,6 +300,16 @@ local function in_flight_total()
   return tonumber(M().fl)
 end
 local function count_flight(delta) mset('fl', string.format('%d', in_flight_total() + delta)) end
+
+-- The lane made progress at `now_arg` (a test's time) or at the time this
+-- call read already: a job was released, started, renewed or finished. The
+-- health check compares it with the clock (`health`); a call that has not
+-- read the clock (a finish into a window still full) leaves it, and the next
+-- call that moves anything sets it.
+local function note_progress(now_arg)
+  local at = (now_arg and now_arg ~= '' and tonumber(now_arg)) or call_now
+  if at then mset('lp', fmt(at)) end
+end
 
 -- A delayed job or a throttled key is due at `at`: a release must look before then.
 local function note_due(at)
@@ -592,6 +608,7 @@ local function release(now_arg, lease_s, default_window, headroom, limit)
     end
   end
   if v ~= v0 then mset('V', fmt(v)) end
+  if #out > 0 then note_progress(now_arg) end
   return out
 end
 
@@ -614,6 +631,7 @@ local function release_direct(id, k, cost, payload, job_tag, now_arg, lease_s, d
   if redis.call('ZCARD', ACTIVE) > 0 then return nil end
   local start = math.max(vt_of(k), vclock())
   if start ~= vclock() then mset('V', fmt(start)) end
+  note_progress(now_arg)
   return send(id, k, start + cost / weight(k), payload, job_tag or clock_tag(now), now, lease_s)
 end
 
@@ -694,4 +712,129 @@ local function submit(a, direct)
     woke = true
   end
   return 1, woke
+end
+
+-- Released jobs whose message was lost -------------------------------------
+-- A released job's message sits in the lane's queue until a worker takes it;
+-- from then on only that worker process has it (kombu's acknowledgement
+-- emulation is off on fair lanes: project/settings.py). A worker killed
+-- with messages it had taken but not started (or that could not put them
+-- back because Redis was down at its warm shutdown), or a finish that never
+-- reached Redis, leaves the job in flight with nothing that will ever run
+-- or finish it: its release lease (15 min on the cpu lane, as long as the
+-- longest wait behind a running job) would hold a window slot until then.
+-- So every worker process says which of the lane's jobs it holds (taken
+-- from the queue, waiting for a pool slot or running: `holding`), and a
+-- released job that is in no queue and held by no live worker process is
+-- put back in seconds (`recover_orphans`).
+
+-- The job id of a message in the lane's queue (its Celery task id,
+-- "<job id>@<tag>", as worker.job_id_of reads it), or nil for a message that
+-- is not a task of ours (or not JSON).
+local function message_job_id(message)
+  local ok, decoded = pcall(cjson.decode, message)
+  if not ok or type(decoded) ~= 'table' or type(decoded.headers) ~= 'table' then return nil end
+  local task_id = decoded.headers.id
+  if type(task_id) ~= 'string' then return nil end
+  local job_id = string.match(task_id, '^(.*)@')
+  if job_id == nil or job_id == '' then return task_id end
+  return job_id
+end
+
+-- The jobs whose messages wait in the lane's queue: id -> true. O(queue),
+-- which holds at most the window's headroom plus what is on its way to a
+-- worker.
+local function queued_jobs()
+  local queued = {}
+  if QUEUE then
+    for _, message in ipairs(redis.call('LRANGE', QUEUE, 0, -1)) do
+      local id = message_job_id(message)
+      if id then queued[id] = true end
+    end
+  end
+  return queued
+end
+
+-- The live reports of `holding`: job id -> the token of the process that
+-- holds it, and the time of the oldest live report (math.huge: none).
+-- Reports older than ttl_s (their process stopped renewing: gone or
+-- stalled) are dropped.
+local function live_holdings(now, ttl_s)
+  local holder, oldest, dead = {}, math.huge, {}
+  local flat = redis.call('HGETALL', HOLDS)
+  for i = 1, #flat, 2 do
+    local report = cjson.decode(flat[i + 1])
+    local at = tonumber(report.at)
+    if at + ttl_s <= now then
+      dead[#dead + 1] = flat[i]
+    else
+      oldest = math.min(oldest, at)
+      for _, id in ipairs(report.ids) do holder[id] = flat[i] end
+    end
+  end
+  if #dead > 0 then redis.call('HDEL', HOLDS, unpack(dead)) end
+  return holder, oldest
+end
+
+-- Since when each released job has been found neither queued nor held: id ->
+-- "<time> <lease deadline>". The deadline ties a mark to one release: a
+-- job released again since (reap, a requeue) has a new deadline, and its old
+-- mark says nothing about the new message.
+local function missing_since()
+  local marks, flat = {}, redis.call('HGETALL', MISSING)
+  for i = 1, #flat, 2 do marks[flat[i]] = flat[i + 1] end
+  return marks
+end
+
+local function mark_time(mark, deadline)
+  if not mark then return nil end
+  local at, of = string.match(mark, '^(%S+) (%S+)$')
+  if of ~= deadline then return nil end
+  return tonumber(at)
+end
+
+-- The jobs in flight, latest lease first, their records read in one HMGET.
+local function jobs_in_flight()
+  local ids = redis.call('ZREVRANGE', INFLIGHT, 0, -1, 'WITHSCORES')
+  local fields = {}
+  for i = 1, #ids, 2 do fields[#fields + 1] = record_field(ids[i]) end
+  if #fields > 0 then prefetch(false, nil, fields) end
+  return ids
+end
+
+-- Puts back the released jobs whose message is lost: in no queue and held by
+-- no live worker process, at two looks `margin_s` apart. The first look
+-- marks a job missing at `now`; a later look puts it back once every live
+-- process has reported since that mark plus the margin: a process that took
+-- the message before the mark lists it in every report after it, however
+-- the report and the take interleave (the margin covers the moment between
+-- taking a message and noting it, and the round trip). A process that
+-- stopped reporting holds its jobs until its report is ttl_s old. Latest
+-- release first, so that a key's jobs keep their order after the LPUSHes.
+-- Still charged, as reap does. Returns the ids put back.
+local function recover_orphans(now, ttl_s, margin_s)
+  local holder, oldest = live_holdings(now, ttl_s)
+  local queued, marks = queued_jobs(), missing_since()
+  local keep, recovered = {}, {}
+  local ids = jobs_in_flight()
+  for i = 1, #ids, 2 do
+    local id, deadline = ids[i], ids[i + 1]
+    local job = load_job(id)
+    -- 'held' in flight: released, not started (a running job's lease is renewed by heartbeats)
+    if job and job.s == 'held' and not queued[id] and not holder[id] then
+      local since = mark_time(marks[id], deadline)
+      if since and oldest > since + margin_s then
+        leave_flight(id, job)
+        job.t = nil  -- its last release's tag is spent, as in reap
+        put_back(id, job)
+        recovered[#recovered + 1] = id
+      else
+        keep[#keep + 1] = id
+        keep[#keep + 1] = fmt(since or now) .. ' ' .. deadline
+      end
+    end
+  end
+  redis.call('DEL', MISSING)
+  if #keep > 0 then redis.call('HSET', MISSING, unpack(keep)) end
+  return recovered
 end

@@ -12,8 +12,10 @@ local lease_s, default_window, headroom = tonumber(ARGV[4]), tonumber(ARGV[5]), 
 local hint = ARGV[7] ~= '' and ARGV[7] or nil
 prefetch(true, hint, {record_field(id)})
 local job = load_job(id)
+local ran = false
 if job then
   if redis.call('ZREM', INFLIGHT, id) == 1 then  -- released or running
+    ran = true
     if actual then adjust_vt(job.k, (actual - job.c) / weight(job.k)) end
     left_flight(job)
   else
@@ -21,4 +23,6 @@ if job then
   end
   forget_job(id)
 end
-return release(ARGV[3], lease_s, default_window, headroom, 0)
+local released = release(ARGV[3], lease_s, default_window, headroom, 0)
+if ran then note_progress(ARGV[3]) end
+return released

@@ -8,6 +8,7 @@
 -- running whatever we count. A held job that was handed back (r: a retry, a
 -- stopping worker) is refused: the attempt that let it go is ending.
 local id, now, lease_s = ARGV[1], clock(ARGV[2]), tonumber(ARGV[3])
+prefetch(true, nil, {record_field(id)})  -- the record and the lane's numbers in one read
 local job = load_job(id)
 if not job or job.s == 'delayed' or job.r then return 0 end
 if job.s == 'held' and not in_flight(id) then
@@ -18,4 +19,5 @@ end
 redis.call('ZADD', INFLIGHT, fmt(now + lease_s), id)
 job.s = 'running'
 save_job(id, job)
+note_progress(ARGV[2])
 return 1

@@ -55,6 +55,20 @@ HEADROOM, DEFAULT_WINDOW = 1, 2
 START_TIME = 1_000.0
 TOKEN_EPSILON = 1e-9  # lua/_lib.lua
 QUEUE = "prop-celery-queue"
+# Worker processes' reports of what they hold (holding): how long one stands,
+# the margin between two looks at a lost message, and the processes.
+HOLD_TTL_S, HOLD_MARGIN_S = 8.0, 1.0
+TOKENS = ["w1", "w2"]
+
+
+def payload_of(job_id: str, label: str, now: float) -> str:
+    """A stored message in the form the recovery reads (its task id in the
+    headers, as dispatcher/message.py builds it), unique per submit."""
+    return json.dumps({"headers": {"id": f"{job_id}@{RELEASE_TAG}"}, "label": f"{label} {now}"})
+
+
+def message_job_id(message: str) -> str:
+    return json.loads(message)["headers"]["id"].rpartition("@")[0]
 
 
 @dataclass
@@ -100,6 +114,11 @@ class Model:
     workers: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (slots, expires at)
     policy: dict[str, tuple] = field(default_factory=dict)  # key -> the (weight, cap, rate) last applied
     pushed: list[tuple[str, str]] = field(default_factory=list)  # (job, message) pushed to the queue, in order
+    queue: list[str] = field(default_factory=list)  # messages in the queue, oldest (next taken) first
+    holds: dict[str, tuple[float, list[str]]] = field(default_factory=dict)  # process -> (reported at, job ids)
+    missing: dict[str, tuple[float, float]] = field(default_factory=dict)  # job -> (missing since, its lease then)
+    checked: float | None = None  # the last look for lost messages
+    progress_at: float | None = None  # lp: the last release, start, heartbeat or finish
 
     # --- _lib.lua --------------------------------------------------------------
 
@@ -216,9 +235,12 @@ class Model:
             self.inflight_n[key] = self.inflight_n.get(key, 0) + 1
             job.state, job.handed_back = "released", False
             self.pushed.append((job_id, job.payload.replace(RELEASE_TAG, job.tag or tag)))
+            self.queue.append(self.pushed[-1][1])
             job.tag, job.spent_tag = None, job.tag
             out.append(job_id)
             room -= 1
+        if out:
+            self.progress_at = now
         return out
 
     # --- one method per script ---------------------------------------------------
@@ -269,6 +291,7 @@ class Model:
             self.inflight_n[job.key] = self.inflight_n.get(job.key, 0) + 1
         self.inflight[job_id] = now + self.run_lease_s
         job.state = "running"
+        self.progress_at = now
         return True
 
     def heartbeat(self, job_ids: list[str], now: float) -> int:
@@ -278,19 +301,25 @@ class Model:
             if job is not None and job.state == "running":
                 self.inflight[job_id] = now + self.run_lease_s
                 renewed += 1
+        if renewed:
+            self.progress_at = now
         return renewed
 
     def finish(self, job_id: str, actual: float | None, now: float) -> list[str]:
         job = self.jobs.get(job_id)
+        ran = job is not None and job.state in ("released", "running")
         if job is not None:
-            if job.state in ("released", "running"):
+            if ran:
                 if actual is not None:
                     self.adjust_vt(job.key, (actual - job.cost) / self.weight.get(job.key, 1.0))
                 self.leave_flight(job_id)
             else:
                 self.drop_waiting(job_id)
             del self.jobs[job_id]
-        return self.release(now)
+        released = self.release(now)
+        if ran:
+            self.progress_at = now
+        return released
 
     def requeue(self, job_id: str, actual: float, due: float | None, now: float, payload: str,
                 tag: str = "") -> bool:
@@ -318,6 +347,38 @@ class Model:
             self.jobs[job_id].tag = self.jobs[job_id].spent_tag = None  # as requeue
             self.put_back(job_id)
         return expired
+
+    def holding(self, token: str, job_ids: list[str], now: float, every_s: float) -> list[str]:
+        self.holds[token] = (now, list(job_ids))
+        if every_s > 0 and self.checked is not None and now >= self.checked and now - self.checked < every_s:
+            return []
+        self.checked = now
+        self.holds = {t: r for t, r in self.holds.items() if r[0] + HOLD_TTL_S > now}
+        holder = {j for _, ids in self.holds.values() for j in ids}
+        oldest = min((at for at, _ in self.holds.values()), default=math.inf)
+        queued = {message_job_id(m) for m in self.queue}
+        missing, recovered = {}, []
+        for job_id in sorted(self.inflight, key=lambda j: (self.inflight[j], j), reverse=True):
+            job = self.jobs[job_id]
+            if job.state != "released" or job_id in queued or job_id in holder:
+                continue
+            mark = self.missing.get(job_id)
+            since = mark[0] if mark and mark[1] == self.inflight[job_id] else None
+            if since is not None and oldest > since + HOLD_MARGIN_S:
+                self.leave_flight(job_id)
+                job.tag = job.spent_tag = None  # as reap
+                self.put_back(job_id)
+                recovered.append(job_id)
+            else:
+                missing[job_id] = (now if since is None else since, self.inflight[job_id])
+        self.missing = missing
+        return recovered
+
+    def health(self, now: float) -> dict:
+        if self.progress_at is None:
+            self.progress_at = now
+        return {"eligible": len(self.active), "in_flight": len(self.inflight), "window": self.window(now),
+                "progress_at": self.progress_at, "now": now, "missing": len(self.missing)}
 
     def cancel(self, job_id: str) -> bool:
         job = self.jobs.get(job_id)
@@ -376,7 +437,7 @@ class SchedulerMachine(RuleBasedStateMachine):
           delay=st.sampled_from([None, 0.0, 5.0, 50.0]), relative=st.booleans(), tagged=st.booleans())
     def submit(self, job_id, key, cost, delay, relative, tagged):
         due = None if delay is None else self.now + delay
-        payload = f"payload {job_id} {self.now} {RELEASE_TAG}"
+        payload = payload_of(job_id, "payload", self.now)
         when = {"delay_s": delay} if relative else {"due": due}
         tag = self.new_tag() if tagged else ""
         accepted = self.sched.submit(job_id, key, cost=cost, payload=payload, now=self.now, tag=tag, **when,
@@ -393,13 +454,13 @@ class SchedulerMachine(RuleBasedStateMachine):
     def submit_burst(self, key, n):
         """Several jobs of one key at once: what makes caps and rates bind."""
         for job_id in [i for i in JOB_ID_POOL if i not in self.model.jobs][:n]:
-            payload = f"payload {job_id} {self.now} {RELEASE_TAG}"
+            payload = payload_of(job_id, "payload", self.now)
             assert self.sched.submit(job_id, key, payload=payload, now=self.now, **KEY_SETTINGS[key])
             assert self.model.submit(job_id, key, 1.0, payload, None, self.now, **KEY_SETTINGS[key])
 
     @rule(job_id=JOB_IDS, key=st.sampled_from(KEYS), cost=st.sampled_from([0.5, 4.0]))
     def submit_and_release(self, job_id, key, cost):
-        payload, tag = f"payload {job_id} {self.now} {RELEASE_TAG}", self.new_tag()
+        payload, tag = payload_of(job_id, "payload", self.now), self.new_tag()
         accepted, released = self.sched.submit_and_release(job_id, key, cost=cost, payload=payload, now=self.now,
                                                             tag=tag, **KEY_SETTINGS[key])
         window, before = self.model.window(self.now), len(self.model.inflight)
@@ -455,7 +516,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         a due time, or as a delay the script adds to its clock), with or
         without a new message."""
         due = None if delay is None else self.now + delay
-        payload = f"retry payload {job_id} {self.now} {RELEASE_TAG}" if new_payload else ""
+        payload = payload_of(job_id, "retry payload", self.now) if new_payload else ""
         tag = self.new_tag() if new_payload else ""
         when = {"delay_s": delay} if relative else {"due": due}
         assert (self.sched.requeue(job_id, actual_cost=actual, payload=payload, tag=tag, now=self.now, **when)
@@ -475,7 +536,29 @@ class SchedulerMachine(RuleBasedStateMachine):
     def cancel(self, job_id):
         assert self.sched.cancel(job_id) == self.model.cancel(job_id)
 
-    @rule(seconds=st.sampled_from([0.5, 3.0, 31.0, 301.0]))
+    @precondition(lambda self: self.model.queue)
+    @rule()
+    def take_a_message(self):
+        """A worker takes the oldest message from the queue (BRPOP's end);
+        whether it says so, or dies with it, is up to the `holding` rule."""
+        assert self.client.rpop(QUEUE).decode() == self.model.queue.pop(0)
+
+    @rule(token=st.sampled_from(TOKENS), every_s=st.sampled_from([0.0, 2.0]), data=st.data())
+    def holding(self, token, every_s, data):
+        """A worker process reports what it holds: any of the jobs, held by it
+        or not (a message it took and lost is one it does not list)."""
+        in_flight = sorted(self.model.inflight)
+        job_ids = data.draw(st.lists(st.sampled_from(in_flight) if in_flight and data.draw(st.booleans()) else JOB_IDS,
+                                     max_size=2, unique=True))
+        assert (self.sched.holding(token, job_ids, ttl_s=HOLD_TTL_S, margin_s=HOLD_MARGIN_S, every_s=every_s,
+                                   now=self.now)
+                == self.model.holding(token, job_ids, self.now, every_s))
+
+    @rule()
+    def health(self):
+        assert self.sched.health(now=self.now) == self.model.health(self.now)
+
+    @rule(seconds=st.sampled_from([0.5, 1.5, 3.0, 31.0, 301.0]))
     def advance_time(self, seconds):
         self.now += seconds
 
@@ -538,8 +621,13 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert float(v or 0) == m.V
         # The lane's count of jobs in flight, which sizes the window, is exact.
         assert in_flight_count is None or int(in_flight_count) == len(inflight)
-        # LPUSH: the list's tail is the first message pushed (BRPOP's end).
-        assert [text(message) for message in reversed(queue)] == [message for _, message in m.pushed]
+        # LPUSH: the list's tail is the oldest message (BRPOP's end).
+        assert [text(message) for message in reversed(queue)] == m.queue
+        holds = {text(t): json.loads(r) for t, r in self.client.hgetall(p + "holds").items()}
+        assert {t: (float(r["at"]), r["ids"] or []) for t, r in holds.items()} == {
+            t: (at, ids) for t, (at, ids) in m.holds.items()}
+        missing = {text(j): tuple(map(float, text(x).split())) for j, x in self.client.hgetall(p + "missing").items()}
+        assert missing == m.missing
         assert {k: tuple(map(float, f["bucket"].split(":"))) for k, f in per_key.items() if "bucket" in f} == m.bucket
 
         # Contract checks that do not rely on the model being right.

@@ -75,3 +75,52 @@ def test_a_health_check_broadcasts_nothing_to_the_workers(client, registered, re
 ])
 def test_every_lane_needs_a_live_worker(live, ok):
     assert health.workers_check(live, detailed=False)["ok"] is ok
+
+
+def stuck_jobs(lane: Lane, n: int, *, idle_for_s: float, **fields) -> dispatcher.FairScheduler:
+    """`n` jobs released on `lane` `idle_for_s` ago (Redis's clock), their
+    messages still in the queue (the lane's workers, if any, are paused),
+    and nothing started or finished since."""
+    import json
+
+    from dispatcher.message import RELEASE_TAG
+
+    sched = dispatcher.scheduler(lane)
+    then = sched.time() - idle_for_s
+    for i in range(n):
+        job_id = f"stuck-{i}"
+        assert sched.submit(job_id, "42", payload=json.dumps({"headers": {"id": f"{job_id}@{RELEASE_TAG}"}}),
+                            now=then, **fields)
+    sched.release(now=then)
+    return sched
+
+
+def test_a_lane_that_holds_work_and_moves_nothing_is_reported_stalled(client, admin_client, registered,
+                                                                      cpu_lane_paused, settings):
+    """Live workers and a reachable Redis, and still nothing moves: the
+    issue's restart left every slot of the window to released jobs nobody
+    will run, and /healthz said ok for 14 minutes."""
+    stuck_jobs(Lane.CPU_TRANSCODE, 2, idle_for_s=settings.FAIR_STALL_S + 30)
+    resp = client.get("/healthz")
+    assert resp.status_code == 503
+    body = resp.json()
+    assert body["ok"] is False and body["workers"]["ok"] is True and body["redis"] == {"ok": True}
+    assert body["lanes"] == {"ok": False, "lanes": {"cpu-transcode": False, "io-notify": True}}
+    detail = admin_client.get("/healthz").json()["lanes"]["lanes"]["cpu-transcode"]
+    assert detail["state"] == "stalled" and detail["in_flight"] == 2 and detail["window"] == 2
+    assert detail["idle_s"] > settings.FAIR_STALL_S
+    # What a load balancer asks: this web process answers
+    assert client.get("/healthz?scope=web").status_code == 200
+
+
+def test_a_lane_that_moved_within_the_bound_or_only_waits_for_limits_is_not_stalled(client, registered,
+                                                                                    cpu_lane_paused, settings):
+    sched = stuck_jobs(Lane.CPU_TRANSCODE, 2, idle_for_s=settings.FAIR_STALL_S - 30)
+    assert client.get("/healthz").status_code == 200
+    # a user whose rate limit holds the rest back: nothing the lane should move now
+    for job_id in ("stuck-0", "stuck-1"):
+        sched.finish(job_id, now=sched.time() - settings.FAIR_STALL_S - 30)
+    stuck_jobs(Lane.CPU_TRANSCODE, 2, idle_for_s=settings.FAIR_STALL_S + 60, rate=(0.001, 1))
+    sched.finish("stuck-0", now=sched.time() - settings.FAIR_STALL_S - 50)
+    assert sched.snapshot()["totals"]["throttled_keys"] == 1 and sched.snapshot()["totals"]["in_flight"] == 0
+    assert client.get("/healthz").status_code == 200
