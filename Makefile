@@ -69,9 +69,7 @@ bench-chunks: install
 clean:
 	rm -rf var/ $(VENV)
 
-# Stop the embedded Redis (and SeaweedFS, if this checkout started one) that
-# `make run` leaves running between starts (this checkout's only: another
-# server on the port is left alone).
+# Stop everything `make run` started, workers first (they hand back their
+# jobs), then the embedded Redis and SeaweedFS (bin/stop).
 stop:
-	$(BIN)/python -m project.embedded_redis stop var/redis $${FAIRLANE_REDIS_PORT:-6390}
-	$(BIN)/python -m project.embedded_seaweedfs stop var/seaweedfs
+	bin/stop

@@ -25,3 +25,25 @@ def free_ports(n: int, address: str = "127.0.0.1") -> list[int]:
 def free_port(address: str = "127.0.0.1") -> int:
     """One port free on `address` now (see free_ports)."""
     return free_ports(1, address)[0]
+
+
+def free_port_range(n: int, address: str = "127.0.0.1", *, lowest: int = 20000, highest: int = 30000) -> int:
+    """The first port of `n` consecutive ports free on `address` now, below
+    the kernel's ephemeral range (servers that take a base port and count up
+    from it: SeaweedFS). The same race as free_ports."""
+    import random
+
+    for base in random.Random().sample(range(lowest, highest - n, n), (highest - lowest) // n - 1):
+        socks = []
+        try:
+            for port in range(base, base + n):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind((address, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError(f"no {n} consecutive free ports between {lowest} and {highest}")
