@@ -25,6 +25,7 @@ from django.db import connection
 
 import media as media_store  # `media` is the fixture of test files
 from tests.chaos.conftest import CHAOS_ENV, Cluster
+from tests.chaos.make_run import upload_request
 from tests.media import make_video
 from tests.promise import (
     TERMINAL,
@@ -60,22 +61,12 @@ def media(tmp_path_factory) -> dict[str, Path]:
     return {"video": make_video(folder / "clip.mp4", seconds=6, size="640x360"), "image": image, "poison": poison}
 
 
-def upload_request(url: str, user, paths: list[Path]) -> urllib.request.Request:
-    """POST /api/uploads/ to a real web process, as a client sends it."""
-    boundary = uuid.uuid4().hex
-    body = b"".join(
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{p.name}\"\r\n"
-        f"Content-Type: application/octet-stream\r\n\r\n".encode() + p.read_bytes() + b"\r\n" for p in paths
-    ) + f"--{boundary}--\r\n".encode()
-    return urllib.request.Request(url + "/api/uploads/", data=body, method="POST", headers={
-        "Authorization": f"Token {user.auth_token.key}", "Content-Type": f"multipart/form-data; boundary={boundary}"})
-
-
 def post_late_batch(cluster: Cluster, make_user, media) -> list[str]:
     """After a fault: the web process (gunicorn) accepts a new upload on its
     own reconnected clients, and its job completes like the others."""
-    with urllib.request.urlopen(upload_request(cluster.web_url, make_user(f"late-{uuid.uuid4().hex[:6]}"),
-                                               [media["image"]]), timeout=30) as resp:
+    user = make_user(f"late-{uuid.uuid4().hex[:6]}")
+    with urllib.request.urlopen(upload_request(cluster.web_url, user.auth_token.key, [media["image"]]),
+                                timeout=30) as resp:
         assert resp.status == 202
         return [u["job"]["id"] for u in json.loads(resp.read())["uploads"]]
 
@@ -265,7 +256,7 @@ def test_web_process_killed_between_commit_and_enqueue(cluster, make_user, media
     cluster.start_io()
     url = cluster.start_web(FAIRLANE_FAULT_KILL_WEB_AFTER_COMMIT="1")
     user = make_user("alice")
-    request = upload_request(url, user, [media["image"]] * 3)
+    request = upload_request(url, user.auth_token.key, [media["image"]] * 3)
     t_fault = time.time()
     with pytest.raises((urllib.error.URLError, ConnectionError, http_client_errors())):
         urllib.request.urlopen(request, timeout=30)  # the process dies before it can answer
