@@ -44,7 +44,7 @@ def test_a_person_registers_a_webhook_and_sees_its_secret_once(make_person, page
     page.click("text=Notifications and webhooks")
     page.fill("#register input[name=url]", "http://10.0.0.8/hook")
     page.click("#register button[type=submit]")
-    expect(page.locator("#form-error")).to_contain_text("only public addresses")
+    expect(page.locator("#form-error")).to_contain_text("Webhook addresses must be public")
 
     page.fill("#register input[name=url]", "https://93.184.216.34/fairlane")
     page.uncheck("#register input[value='job.succeeded']")
