@@ -30,14 +30,13 @@ writes playlists that list the segments of all chunks in order.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 from django.conf import settings
 
-from transcoding import ffmpeg, ladder
+from transcoding import ffmpeg, ladder, storyboard
 from transcoding.errors import MediaError
 from transcoding.probe import Probe
 from transcoding.produced import Produced, kbps
@@ -175,21 +174,6 @@ def encode_audio(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, on_pro
 
 # --- The finalizer ----------------------------------------------------------------------
 
-_EXTINF = re.compile(r"^#EXTINF:([0-9.]+),")
-
-
-def playlist_entries(playlist: Path) -> list[tuple[float, str]]:
-    """(duration, segment URI) of each segment of a media playlist."""
-    entries, duration = [], None
-    for line in playlist.read_text().splitlines():
-        if (m := _EXTINF.match(line)) is not None:
-            duration = float(m.group(1))
-        elif line and not line.startswith("#") and duration is not None:
-            entries.append((duration, line))
-            duration = None
-    return entries
-
-
 def media_playlist(entries: list[tuple[float, str]]) -> str:
     target = max(1, math.ceil(max(d for d, _ in entries) - 1e-3))
     lines = ["#EXTM3U", "#EXT-X-VERSION:3", f"#EXT-X-TARGETDURATION:{target}", "#EXT-X-MEDIA-SEQUENCE:0",
@@ -262,13 +246,6 @@ def master_playlist(hls: Path, plan: ChunkPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _joined(segments: list[Path], to: Path) -> Path:
-    """MPEG-TS is a stream of packets: segments in order, byte for byte, are one file."""
-    with open(to, "wb") as out:
-        out.writelines(path.read_bytes() for path in segments)
-    return to
-
-
 def finalize(hls: Path, chunk_playlists: list[Path], workdir: Path, scratch: Path, plan: ChunkPlan,
              on_progress) -> list[Produced]:
     """Given every chunk's segments in hls/<rendition>/ (and the audio's in
@@ -279,7 +256,7 @@ def finalize(hls: Path, chunk_playlists: list[Path], workdir: Path, scratch: Pat
     duration = plan.duration_s
     renditions = []
     for r in plan.renditions:
-        entries = [e for part in chunk_playlists for e in playlist_entries(part / r["name"] / "index.m3u8")]
+        entries = [e for part in chunk_playlists for e in ladder.playlist_entries(part / r["name"] / "index.m3u8")]
         expected = sum(count for _, count in plan.chunks)
         if len(entries) != expected:
             raise MediaError("decode_failed", f"The {r['name']} rendition has {len(entries)} of {expected} segments.")
@@ -292,17 +269,19 @@ def finalize(hls: Path, chunk_playlists: list[Path], workdir: Path, scratch: Pat
     (hls / "master.m3u8").write_text(master_playlist(hls, plan))
     ladder.master_playlist_start_mid_ladder(hls)
     mp4 = plan.rendition(plan.mp4)
-    video_ts = _joined([hls / mp4.name / uri for _, uri in playlist_entries(hls / mp4.name / "index.m3u8")],
-                       scratch / "video.ts")
+    video_ts = ladder.segments_joined(ladder.playlist_segments(hls / mp4.name / "index.m3u8"), scratch / "video.ts")
     inputs = [*ffmpeg.input_args(video_ts, "mpegts")]
     maps = ["-map", "0:v:0"]
     if plan.has_audio:
-        audio_ts = _joined([hls / AUDIO_GROUP / uri
-                            for _, uri in playlist_entries(hls / AUDIO_GROUP / "index.m3u8")], scratch / "audio.ts")
+        audio_ts = ladder.segments_joined(ladder.playlist_segments(hls / AUDIO_GROUP / "index.m3u8"),
+                                          scratch / "audio.ts")
         inputs += ffmpeg.input_args(audio_ts, "mpegts")
         maps += ["-map", "1:a:0"]
     ffmpeg.run(["-y", *inputs, *maps, "-c", "copy", *ffmpeg.NO_METADATA, "-movflags", "+faststart",
                 str(workdir / "video.mp4")], duration_s=duration)
+    low = plan.renditions[0]
+    previews = storyboard.make(ladder.playlist_segments(hls / low["name"] / "index.m3u8"),
+                               (low["width"], low["height"]), duration, workdir, scratch)
     common = {"duration_s": duration, "fps": plan.fps, "audio": plan.has_audio, "chunks": len(plan.chunks)}
     top = plan.renditions[-1]
     return [
@@ -312,4 +291,5 @@ def finalize(hls: Path, chunk_playlists: list[Path], workdir: Path, scratch: Pat
                  {**common, "width": mp4.width, "height": mp4.height,
                   "kbps": kbps((workdir / "video.mp4").stat().st_size, duration)}),
         Produced("poster", "poster.jpg", "image/jpeg", {"width": mp4.width, "height": mp4.height}),
+        *previews,
     ]

@@ -13,6 +13,7 @@ square pixels, and the recorded outputs know their size without a re-probe.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,6 +194,34 @@ def _hls_outputs(hls: Path, renditions: list[Rendition], fps: float, has_audio: 
     """Every rendition (with its own copy of the audio) in one HLS muxer."""
     return [*rendition_maps(renditions, has_audio), *video_encoder(fps, segment_s()), *extra, *ffmpeg.NO_METADATA,
             *hls_muxer(hls, renditions, has_audio, segment_duration_s=segment_s())]
+
+
+_EXTINF = re.compile(r"^#EXTINF:([0-9.]+),")
+
+
+def playlist_entries(playlist: Path) -> list[tuple[float, str]]:
+    """(duration, segment URI) of each segment of a media playlist."""
+    entries, duration = [], None
+    for line in playlist.read_text().splitlines():
+        if (m := _EXTINF.match(line)) is not None:
+            duration = float(m.group(1))
+        elif line and not line.startswith("#") and duration is not None:
+            entries.append((duration, line))
+            duration = None
+    return entries
+
+
+def playlist_segments(playlist: Path) -> list[Path]:
+    """The segment files of a local media playlist, in playing order (not
+    by name: seg_999.ts sorts after seg_1000.ts)."""
+    return [playlist.parent / uri for _, uri in playlist_entries(playlist)]
+
+
+def segments_joined(segments: list[Path], to: Path) -> Path:
+    """MPEG-TS is a stream of packets: segments in order, byte for byte, are one file."""
+    with open(to, "wb") as out:
+        out.writelines(path.read_bytes() for path in segments)
+    return to
 
 
 def master_playlist_ensure(hls_dir: Path, renditions: list[Rendition], duration_s: float, has_audio: bool) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pypdfium2
 from django.conf import settings
 
-from transcoding import ffmpeg, images, ladder, sandbox
+from transcoding import ffmpeg, images, ladder, sandbox, storyboard
 from transcoding.errors import MediaError, decoder_failure, reason
 from transcoding.probe import Probe
 from transcoding.produced import ProgressFn, Produced, kbps
@@ -19,7 +19,8 @@ PDF_THUMBNAIL_EDGE = 320
 
 
 def video(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> list[Produced]:
-    """HLS ladder + MP4 fallback + poster from one ffmpeg run (transcoding/ladder.py)."""
+    """HLS ladder + MP4 fallback + poster from one ffmpeg run (transcoding/ladder.py), then the
+    scrub previews from its lowest rendition (transcoding/storyboard.py)."""
     plan = ladder.plan(src, workdir, probe, threads=settings.FAIRLANE_FFMPEG_THREADS)
     # Decoding and scaling grow with the source's frame size; the ladder's
     # encodes stop growing at 1080p. Sources above 1080p get proportionally longer.
@@ -41,6 +42,10 @@ def video(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> li
          "kbps": kbps(sum(p.stat().st_size for p in (hls / r.name).glob("*.ts")), duration)}
         for r in plan.renditions
     ]
+    low = plan.renditions[0]
+    # The attempt's scratch folder (the input's) holds the joined stream: nothing in workdir is left unpublished.
+    previews = storyboard.make(ladder.playlist_segments(hls / low.name / "index.m3u8"), (low.width, low.height),
+                               duration, workdir, src.parent)
     common = {"duration_s": duration, "fps": plan.fps, "audio": plan.has_audio}
     return [
         Produced("hls", "hls/master.m3u8", ladder.HLS_PLAYLIST_TYPE,
@@ -50,6 +55,7 @@ def video(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> li
                  {**common, "width": plan.mp4.width, "height": plan.mp4.height,
                   "kbps": kbps((workdir / "video.mp4").stat().st_size, duration)}),
         Produced("poster", "poster.jpg", "image/jpeg", {"width": plan.mp4.width, "height": plan.mp4.height}),
+        *previews,
     ]
 
 

@@ -132,7 +132,7 @@ def test_the_master_names_the_audio_rendition_and_the_mp4_is_a_remux(chunked, so
     assert (mp4["video_codec"], mp4["audio_codec"], mp4["display"], mp4["frames"]) == (
         "h264", "aac", (640, 360), SECONDS * FPS)
     assert abs(mp4["duration_s"] - SECONDS) <= 1 / FPS + 0.03
-    assert {p.name for p in produced} == {"hls", "mp4", "poster"}
+    assert {p.name for p in produced} == {"hls", "mp4", "poster", "storyboard", "storyboard_vtt"}
     assert produced[0].metadata["chunks"] == 4
 
 

@@ -32,7 +32,7 @@ def test_the_ladder_goes_up_to_but_never_above_the_source(size, sar, rotation, e
 
 def test_a_clip_becomes_an_hls_ladder_an_mp4_and_a_poster_in_one_run(transcode, tmp_path: Path):
     out = transcode(make_video(tmp_path / "clip.mp4", seconds=2, size="640x360"))
-    assert set(out) == {"hls", "mp4", "poster"}
+    assert set(out) == {"hls", "mp4", "poster", "storyboard", "storyboard_vtt"}
     master, hls = out["hls"]
     assert master.name == "master.m3u8"
     variants = hls_variants(master)
