@@ -32,11 +32,13 @@ class AttemptSerializer(serializers.ModelSerializer):
 class DeliverySerializer(serializers.ModelSerializer):
     event = serializers.SerializerMethodField()
     attempt_log = AttemptSerializer(many=True)
+    replay_of = serializers.UUIDField(source="replay_of_id", allow_null=True, read_only=True,
+                                      help_text="The delivery this one replays; null for the event's first.")
 
     class Meta:
         model = Delivery
         fields = ["id", "event", "status", "attempts", "next_attempt_at", "last_status_code", "last_error",
-                  "created_at", "delivered_at", "attempt_log"]
+                  "created_at", "delivered_at", "replay_of", "attempt_log"]
 
     def get_event(self, delivery: Delivery) -> dict:
         return {"id": delivery.event.webhook_id, "type": delivery.event.type}
@@ -98,6 +100,20 @@ class EndpointDeliveriesApi(ListAPIView):
     def get_queryset(self):
         endpoint = selectors.endpoint_get_for_user(user=self.request.user, endpoint_id=self.kwargs["endpoint_id"])
         return selectors.deliveries_for_endpoint(endpoint=endpoint)
+
+
+class DeliveryReplayApi(APIView):
+    @extend_schema(operation_id="webhooks_deliveries_replay", request=None,
+                   responses={202: DeliverySerializer, **errors(409)},
+                   description="Deliver the event of an ended delivery (succeeded, failed or canceled) to the "
+                               "endpoint again: a new delivery (`replay_of` this one), through the fair lane, "
+                               "with the same `webhook-id`. 409 `not_replayable` while it is pending or sending, "
+                               "`endpoint_disabled` when the endpoint is disabled.")
+    def post(self, request: Request, endpoint_id, delivery_id) -> Response:
+        endpoint = selectors.endpoint_get_for_user(user=request.user, endpoint_id=endpoint_id)
+        delivery = selectors.delivery_get_for_endpoint(endpoint=endpoint, delivery_id=delivery_id)
+        replay = services.delivery_replay(delivery=delivery, actor=request.user)
+        return Response(DeliverySerializer(replay).data, status=status.HTTP_202_ACCEPTED)
 
 
 class PreferencesSerializer(serializers.Serializer):

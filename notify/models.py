@@ -120,14 +120,19 @@ class Delivery(models.Model):
     last_error = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # A replay (notify.services.delivery_replay) is a delivery of its own:
+    # the same event to the same target again, with its own tries, while
+    # the delivery it replays keeps its log. Publishing still makes one
+    # delivery per event and target: the constraints count originals only.
+    replay_of = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="replays")
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
             models.UniqueConstraint(fields=["event", "endpoint"], name="delivery_once_per_endpoint",
-                                    condition=models.Q(endpoint__isnull=False)),
+                                    condition=models.Q(endpoint__isnull=False, replay_of__isnull=True)),
             models.UniqueConstraint(fields=["event", "channel"], name="delivery_once_per_email",
-                                    condition=models.Q(channel="email")),
+                                    condition=models.Q(channel="email", replay_of__isnull=True)),
         ]
         indexes = [models.Index(fields=["status", "next_attempt_at"])]
 

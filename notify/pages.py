@@ -1,5 +1,5 @@
 """HTML pages: notification preferences and webhook endpoints (register,
-see the secret once, delete), and one endpoint's deliveries and attempts."""
+see the secret once, delete), and one endpoint's delivery log with replay."""
 from __future__ import annotations
 
 from django.contrib import messages
@@ -11,6 +11,7 @@ from django.views.decorators.http import require_http_methods
 
 from notify import selectors, services
 from notify.events import SUBSCRIBABLE, Channel
+from notify.models import Delivery
 from uploads.errors import ApplicationError
 
 
@@ -59,8 +60,25 @@ def settings_page(request: HttpRequest) -> HttpResponse:
     return response
 
 
+# The endpoint page lists this many of its latest deliveries (the API pages through all).
+DELIVERIES_SHOWN = 100
+
+
 @login_required
+@require_http_methods(["GET", "POST"])
 def endpoint_page(request: HttpRequest, endpoint_id) -> HttpResponse:
+    """The endpoint's delivery log (latest first: status, tries, the last
+    answer's code, every try), and Replay for an ended delivery (POST)."""
     endpoint = selectors.endpoint_get_for_user(user=request.user, endpoint_id=endpoint_id)
-    deliveries = selectors.deliveries_for_endpoint(endpoint=endpoint)[:100]
-    return render(request, "notify/endpoint_page.html", {"endpoint": endpoint, "deliveries": deliveries})
+    if request.method == "POST":
+        delivery = selectors.delivery_get_for_endpoint(endpoint=endpoint, delivery_id=request.POST.get("delivery_id"))
+        try:
+            services.delivery_replay(delivery=delivery, actor=request.user)
+            messages.success(request, f"{delivery.event.type} ({delivery.event.webhook_id}) is being delivered again.")
+        except ApplicationError as exc:
+            messages.error(request, exc.message)
+        return redirect("notify-endpoint", endpoint_id=endpoint.id)
+    deliveries = list(selectors.deliveries_for_endpoint(endpoint=endpoint)[:DELIVERIES_SHOWN])
+    return render(request, "notify/endpoint_page.html", {
+        "endpoint": endpoint, "deliveries": deliveries, "shown": DELIVERIES_SHOWN,
+        "moving": any(d.status in (Delivery.Status.PENDING, Delivery.Status.SENDING) for d in deliveries)})

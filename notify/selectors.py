@@ -25,16 +25,24 @@ def endpoints_for_user(*, user: AbstractBaseUser) -> QuerySet[Endpoint]:
     return Endpoint.objects.filter(owner=user).order_by("-created_at")
 
 
-def endpoint_get_for_user(*, user: AbstractBaseUser, endpoint_id) -> Endpoint:
+def _uuid_or_404(value, what: str) -> uuid.UUID:
     """404 for an id that is not a UUID too (a form field, not a URL
     converter, may carry it): the lookup would raise a ValidationError."""
     try:
-        endpoint_id = uuid.UUID(str(endpoint_id))
+        return uuid.UUID(str(value))
     except ValueError:
-        raise Http404("No such endpoint.") from None
-    return get_object_or_404(endpoints_for_user(user=user), id=endpoint_id)
+        raise Http404(f"No such {what}.") from None
+
+
+def endpoint_get_for_user(*, user: AbstractBaseUser, endpoint_id) -> Endpoint:
+    return get_object_or_404(endpoints_for_user(user=user), id=_uuid_or_404(endpoint_id, "endpoint"))
 
 
 def deliveries_for_endpoint(*, endpoint: Endpoint) -> QuerySet[Delivery]:
-    return (Delivery.objects.filter(endpoint=endpoint).select_related("event")
+    return (Delivery.objects.filter(endpoint=endpoint).select_related("event", "replay_of")
             .prefetch_related("attempt_log").order_by("-created_at"))
+
+
+def delivery_get_for_endpoint(*, endpoint: Endpoint, delivery_id) -> Delivery:
+    return get_object_or_404(Delivery.objects.select_related("event", "endpoint").filter(endpoint=endpoint),
+                             id=_uuid_or_404(delivery_id, "delivery"))

@@ -629,6 +629,34 @@ def deliveries_resend(*, delivery_ids: list, actor: AbstractBaseUser) -> int:
     return len(tries)
 
 
+REPLAYABLE = (Delivery.Status.SUCCEEDED, Delivery.Status.FAILED, Delivery.Status.CANCELED)
+
+
+def delivery_replay(*, delivery: Delivery, actor: AbstractBaseUser) -> Delivery:
+    """Deliver a finished delivery's event to its target again, as a new
+    delivery (`replay_of` the old one, whose log stays as it was) entering
+    the fair io lane like any other: charged to the event's owner, retried
+    on its own schedule. Its webhook-id is the event's, as for every try
+    of it: a receiver that de-duplicates sees it as the same message, one
+    that failed to process it gets it again. 409 `not_replayable` while the
+    delivery is still pending or sending (it has tries coming), 409
+    `endpoint_disabled` for a disabled endpoint (re-enable it first)."""
+    if delivery.status not in REPLAYABLE:
+        raise ApplicationError("not_replayable", f"The delivery is still {delivery.status}; replay it once it has "
+                                                 "ended.", status_code=409)
+    if delivery.endpoint_id and not delivery.endpoint.is_active:
+        raise ApplicationError("endpoint_disabled", "The endpoint is disabled; re-enable it before replaying.",
+                               status_code=409)
+    owner_id = delivery.event.owner_id
+    with transaction.atomic():
+        replay = Delivery.objects.create(event_id=delivery.event_id, channel=delivery.channel,
+                                         endpoint_id=delivery.endpoint_id, recipient=delivery.recipient,
+                                         replay_of=delivery)
+        dispatcher.after_commit(lambda: _deliveries_enqueue([Try(replay.id, 0, owner_id)]))
+    log.info("%s replayed delivery %s as %s", actor, delivery.id, replay.id)
+    return replay
+
+
 def deliveries_reconcile() -> int:
     """The outbox's safety net (settings.FAIR_RECONCILERS): re-submit tries
     the dispatcher no longer knows (Redis lost them, or a process died

@@ -9,5 +9,7 @@ urlpatterns = [
     path("api/webhooks/<uuid:endpoint_id>/", api.EndpointDetailApi.as_view(), name="api-webhook-detail"),
     path("api/webhooks/<uuid:endpoint_id>/deliveries/", api.EndpointDeliveriesApi.as_view(),
          name="api-webhook-deliveries"),
+    path("api/webhooks/<uuid:endpoint_id>/deliveries/<uuid:delivery_id>/replay/", api.DeliveryReplayApi.as_view(),
+         name="api-webhook-delivery-replay"),
     path("api/notifications/preferences/", api.PreferencesApi.as_view(), name="api-notify-preferences"),
 ]
