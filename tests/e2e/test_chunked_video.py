@@ -46,7 +46,8 @@ def test_a_long_video_is_one_job_to_its_user_made_of_parts(chunking_workers, mak
     [upload] = post_files(client, [video]).json()["uploads"]
     job = wait_terminal(client, upload["job"]["url"], timeout=240)
     assert job["status"] == "succeeded", (job["error"], chunking_workers.log_tail("cpu"))
-    assert job["progress"] == 100 and {o["name"] for o in job["outputs"]} == {"hls", "mp4", "poster"}
+    assert job["progress"] == 100 and {o["name"] for o in job["outputs"]} == {
+        "hls", "mp4", "poster", "storyboard", "storyboard_vtt"}
     assert [j["id"] for j in client.get("/api/jobs/").json()["results"]] == [job["id"]]
 
     parent = Job.objects.get(id=job["id"])

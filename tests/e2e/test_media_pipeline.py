@@ -33,8 +33,13 @@ def test_video_image_and_pdf_come_out_web_ready(workers, make_user, api_client_f
 
     video_job = jobs["clip.mov"]
     outputs = {o["name"]: o for o in video_job["outputs"]}
-    assert video_job["kind"] == "video" and set(outputs) == {"hls", "mp4", "poster"}
+    assert video_job["kind"] == "video" and set(outputs) == {"hls", "mp4", "poster", "storyboard", "storyboard_vtt"}
     assert [r["name"] for r in outputs["hls"]["metadata"]["renditions"]] == ["240p", "360p"]
+    # Scrub previews: a WebVTT index naming the sprite beside it (two frames of 1.5 s, one a second).
+    cues = _download(client, outputs["storyboard_vtt"], tmp_path / "storyboard.vtt").read_text()
+    assert cues.startswith("WEBVTT") and cues.count("storyboard.jpg#xywh=") == 2
+    with Image.open(_download(client, outputs["storyboard"], tmp_path / "storyboard.jpg")) as sprite:
+        assert (sprite.format, sprite.size) == ("JPEG", (320, 90))
     assert _download(client, outputs["hls"], tmp_path / "master.m3u8").read_text().startswith("#EXTM3U")
     facts = video_facts(_download(client, outputs["mp4"], tmp_path / "out.mp4"))
     assert (facts["video_codec"], facts["pix_fmt"], facts["audio_codec"], facts["display"]) == (
