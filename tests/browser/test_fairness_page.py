@@ -60,7 +60,7 @@ def finished_jobs(users: dict) -> None:
 
     now = timezone.now()
     for minutes_ago in range(2, 30, 3):
-        for username, process_ms, wait_ms in (("dora", 2000, 100), ("eli", 1000, 900)):
+        for username, process_ms, wait_ms in (("dora", 2000, 100), ("eli", 1000, 179_171)):
             user = users[username]
             upload = Upload.objects.create(owner=user, batch=uuid.uuid4(), filename="f.mp4", file="x", size=1)
             ended = now - timedelta(minutes=minutes_ago)
@@ -93,6 +93,11 @@ def test_the_fairness_page_shows_each_users_backlog(held_jobs, make_person, page
         # the mapping itself is tested in tests/dispatcher/test_admin_page.py.
         expect(row.locator("td").nth(headers.index("state"))).to_have_text(
             re.compile(r"^(waiting for its rate limit|waiting, takes its turn)$"))
+    # Waits in human units, on one line: "179171 ms" was a number to decode.
+    eli = table.locator("tbody tr", has=page.locator("td", has_text="eli"))
+    expect(eli.locator("td").nth(headers.index("wait p99"))).to_have_text("2 min 59 s")
+    expect(table.locator("tbody tr", has=page.locator("td", has_text="dora")).locator("td").nth(
+        headers.index("wait p50"))).to_have_text("100 ms")
     ivan = table.locator("tbody tr", has=page.locator("td", has_text="ivan"))
     expect(ivan.locator("td").nth(headers.index("state"))).to_have_text("idle")
     expect(ivan.locator("td").nth(headers.index("weight"))).to_have_text("1")  # the plan's, not a dash
