@@ -47,10 +47,15 @@ class Part:
         return asdict(self)
 
 
+def staging_root() -> Path:
+    """FileSystemStorage: the folder of every upload's staging folder."""
+    return _local_path(_STAGING)
+
+
 def _staging(upload_id: str) -> Path:
     if not upload_id.isalnum():
         raise UploadGone(upload_id)
-    return _local_path(f"{_STAGING}/{upload_id}")
+    return staging_root() / upload_id
 
 
 def _s3_gone(exc: Exception) -> bool:
@@ -60,13 +65,15 @@ def _s3_gone(exc: Exception) -> bool:
 
 
 @store_call
-def multipart_begin(key: str) -> str:
-    """Start assembling `key`; returns the upload id."""
+def multipart_begin(key: str, *, tag: str = "") -> str:
+    """Start assembling `key`; returns the upload id. `tag` (letters)
+    starts the id on disk, where a staging folder does not know its key:
+    it tells whose uploads a sweep of stale folders may remove."""
     if uses_object_storage():
         return _client().create_multipart_upload(
             Bucket=_bucket(), Key=key, ContentType=content_type_for(key), CacheControl=_cache_control(key),
         )["UploadId"]
-    upload_id = uuid.uuid4().hex
+    upload_id = tag + uuid.uuid4().hex
     _staging(upload_id).mkdir(parents=True)
     return upload_id
 

@@ -19,10 +19,7 @@ app.conf.task_queues = tuple(Queue(lane.value, routing_key=lane.value) for lane 
 # task still lands on a lane a worker consumes, not on `celery`.
 app.conf.task_default_queue = Lane.IO_NOTIFY.value
 app.autodiscover_tasks()
-# Periodic maintenance (beat): the fair dispatcher's reconciler and reaper.
-app.conf.beat_schedule = {
-    "fair-reconcile": {"task": "project.fair_reconcile", "schedule": 60.0},
-}
+# Periodic maintenance (beat): settings.CELERY_BEAT_SCHEDULE.
 
 # Connects the log context's worker signals (task id and lane on every line).
 # The fair dispatcher connects its own when Django loads its app

@@ -20,6 +20,7 @@ TASK_LANES: dict[str, Lane] = {
     "notify.job_finished": Lane.IO_NOTIFY,
     "notify.deliver": Lane.IO_NOTIFY,
     "project.fair_reconcile": Lane.IO_NOTIFY,
+    "uploads.direct_sweep": Lane.IO_NOTIFY,
     # Celery's own periodic cleanup of django-celery-results rows.
     "celery.backend_cleanup": Lane.IO_NOTIFY,
 }

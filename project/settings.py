@@ -55,7 +55,6 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI as static files: the docs page loads nothing from a CDN
     "django_celery_results",
-    "rest_framework_tus",  # resumable uploads (tus protocol), uploads/resumable.py
     "dispatcher",
     "media",
     "uploads",
@@ -73,7 +72,6 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "uploads.resumable.TusMiddleware",
 ]
 
 ROOT_URLCONF = "project.urls"
@@ -132,27 +130,29 @@ FAIRLANE_MAX_FILES_PER_REQUEST = int(os.environ.get("FAIRLANE_MAX_FILES_PER_REQU
 FAIRLANE_MAX_USER_INFLIGHT_BYTES = int(os.environ.get("FAIRLANE_MAX_USER_INFLIGHT_BYTES", str(8 * 1024**3)))
 # Files stream to a temporary file (never memory) past this size.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
-# Resumable uploads (tus, uploads/resumable.py). Chunks land in files here
-# on the web host that received them, until the finished file becomes a job:
-# with several web hosts, the tus requests of one upload must reach the same
-# host (sticky routing by the upload's URL) or this folder must be shared.
-FAIRLANE_RESUMABLE_DIR = Path(os.environ.get("FAIRLANE_RESUMABLE_DIR", VAR_DIR / "resumable"))
-# One PATCH carries at most this much (it is held in memory while written):
-# the page sends chunks of this size; a larger one is refused with 413.
-FAIRLANE_RESUMABLE_CHUNK_BYTES = int(os.environ.get("FAIRLANE_RESUMABLE_CHUNK_BYTES", str(8 * 1024**2)))
-# Resumable uploads a user may hold before making them a batch (finished or
-# not; their bytes count against FAIRLANE_MAX_USER_INFLIGHT_BYTES too), and
-# so the most one batch of them may name: a 2,000-file drop fits.
-FAIRLANE_MAX_RESUMABLE_UPLOADS = int(os.environ.get("FAIRLANE_MAX_RESUMABLE_UPLOADS", "5000"))
-# Unfinished resumable uploads are given up (and their chunks deleted) after this.
-FAIRLANE_RESUMABLE_EXPIRE_S = int(os.environ.get("FAIRLANE_RESUMABLE_EXPIRE_S", str(24 * 3600)))
-# https://github.com/dirkmoors/drf-tus: our model (with its owner), and a
-# save handler that leaves the finished file where it is for POST /api/uploads/.
-REST_FRAMEWORK_TUS = {
-    "UPLOAD_MODEL": "uploads.ResumableUpload",
-    "SAVE_HANDLER_CLASS": "uploads.resumable.KeepUntilClaimed",
-    "MAX_FILE_SIZE": FAIRLANE_MAX_UPLOAD_BYTES,
-    "UPLOAD_EXPIRES": timedelta(seconds=FAIRLANE_RESUMABLE_EXPIRE_S),
+# Direct uploads (uploads/direct.py): clients send parts straight to
+# storage (presigned URLs; on disk, the web's /store/incoming/), so a web
+# host keeps nothing of an upload. Every part but the last is this long
+# (S3's minimum is 5 MiB; 10,000 parts at most: 16 MiB parts take files up
+# to 156 GiB, and a 2 GiB file is 128 URLs).
+FAIRLANE_UPLOAD_PART_BYTES = int(os.environ.get("FAIRLANE_UPLOAD_PART_BYTES", str(16 * 1024**2)))
+# Uploads a user may have in progress (started, not yet claimed into a
+# batch: a 2,000-file drop fits) and the bytes they may hold (declared, or
+# what a deferred length's part URLs were signed for).
+FAIRLANE_MAX_PENDING_UPLOADS = int(os.environ.get("FAIRLANE_MAX_PENDING_UPLOADS", "5000"))
+FAIRLANE_MAX_USER_PENDING_BYTES = int(os.environ.get("FAIRLANE_MAX_USER_PENDING_BYTES", str(8 * 1024**3)))
+# An upload not claimed by then is given up (410 from then on); its row
+# stays as a tombstone this much longer, so late requests learn why.
+FAIRLANE_UPLOAD_EXPIRE_S = int(os.environ.get("FAIRLANE_UPLOAD_EXPIRE_S", str(24 * 3600)))
+FAIRLANE_UPLOAD_TOMBSTONE_S = int(os.environ.get("FAIRLANE_UPLOAD_TOMBSTONE_S", str(7 * 24 * 3600)))
+# A part URL's lifetime (never past its upload's expiry); a client asks for
+# new ones when they lapse.
+FAIRLANE_UPLOAD_URL_TTL_S = int(os.environ.get("FAIRLANE_UPLOAD_URL_TTL_S", "3600"))
+# How often beat sweeps expired uploads and orphaned multipart uploads.
+FAIRLANE_UPLOAD_SWEEP_S = float(os.environ.get("FAIRLANE_UPLOAD_SWEEP_S", "600"))
+CELERY_BEAT_SCHEDULE = {
+    "fair-reconcile": {"task": "project.fair_reconcile", "schedule": 60.0},
+    "direct-upload-sweep": {"task": "uploads.direct_sweep", "schedule": FAIRLANE_UPLOAD_SWEEP_S},
 }
 # Django's own count (a plain 400) stays one above ours, which answers first
 # with the API's JSON 413.
@@ -319,6 +319,9 @@ CELERY_WORKER_CONSUMER = "project.event_batching:Consumer"
 FAIRLANE_EVENT_FLUSH_S = float(os.environ.get("FAIRLANE_EVENT_FLUSH_S", "0.1"))
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Periodic maintenance (beat, exactly one): the fair dispatcher's reconciler
+# and reaper, and the sweep of expired direct uploads and of multipart
+# uploads no row knows (uploads/direct.py, FAIRLANE_UPLOAD_SWEEP_S below).
 
 # --- Fair dispatch (dispatcher/) -----------------------------------------------
 # The Celery app that publishes released jobs (by name: the dispatcher does not
@@ -427,6 +430,25 @@ EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Fairlane <noreply@fairlane.localhost>")
 FAIRLANE_BASE_URL = os.environ.get("FAIRLANE_BASE_URL", "http://127.0.0.1:8000")
+
+
+def _site_origins(base_url: str) -> str:
+    """The site's origin, and on loopback the same port by its other name
+    (a person opens localhost:8000 or 127.0.0.1:8000)."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(base_url)
+    origins = [f"{url.scheme}://{url.netloc}"]
+    if url.hostname in ("127.0.0.1", "localhost"):
+        other = "localhost" if url.hostname == "127.0.0.1" else "127.0.0.1"
+        origins.append(f"{url.scheme}://{other}" + (f":{url.port}" if url.port else ""))
+    return ",".join(origins)
+
+
+# The origins whose pages upload straight into the bucket: the S3 CORS rule
+# `manage.py storage_setup` writes (make run runs it; a deploy runs it as it
+# runs migrate). The site's own by default.
+FAIRLANE_UPLOAD_CORS_ORIGINS = env_list("FAIRLANE_UPLOAD_CORS_ORIGINS", _site_origins(FAIRLANE_BASE_URL))
 
 # --- API ---------------------------------------------------------------------------
 REST_FRAMEWORK = {

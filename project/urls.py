@@ -5,6 +5,7 @@ from drf_spectacular import renderers
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from dispatcher.admin_page import fairness_data, fairness_page
+from media.incoming import incoming_part
 from project.health import healthz
 from project.metrics import metrics_view
 
@@ -21,6 +22,8 @@ class SchemaView(SpectacularAPIView):
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
+    # FileSystemStorage's stand-in for the store's presigned part URLs (media/direct.py)
+    path("store/incoming/<str:token>", incoming_part, name="media-incoming"),
     path("admin/fairness/", fairness_page, name="admin-fairness"),
     path("admin/fairness/data/", fairness_data, name="admin-fairness-data"),
     path("admin/", admin.site.urls),

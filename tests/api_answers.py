@@ -1,6 +1,6 @@
 """What every API answer to bad input must be, for the tests that throw
 inputs at routes (tests/project/test_bad_input.py walks the URL
-configuration; the fuzz tests of tus headers and list cursors generate
+configuration; the fuzz tests of direct-upload bodies and list cursors generate
 values): never a 5xx, and an error in the API's one shape,
 {"error": {"code", "message", ...}} (uploads/api_errors.py)."""
 from __future__ import annotations

@@ -37,6 +37,7 @@ WHY = {
     403: "A session (cookie) request that changes something without the `X-CSRFToken` header.",
     404: "No such object among yours (another user's objects are not found, never forbidden).",
     409: "The object is not in a state that allows this (e.g. cancel a finished job).",
+    410: "Gone: the object expired or was given up.",
     413: "Too large: a file over the size limit, or more files than a request may carry.",
     415: "Unsupported Content-Type for this endpoint.",
     422: "The Idempotency-Key was used before with a different request.",

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import posixpath
 import uuid
-from pathlib import Path
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
-from rest_framework_tus.models import AbstractUpload
 
 from project import plans
 
@@ -80,16 +78,21 @@ class Batch(models.Model):
     index, so listing them is O(page) instead of a GROUP BY over every
     upload the user ever made."""
 
+    NAME_MAX_LENGTH = 200
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="batches")
     created_at = models.DateTimeField(default=timezone.now)
+    # What people call it: given at upload or renamed (batch_rename), else
+    # its first file's name and how many more, or its date (batch_default_name).
+    name = models.CharField(max_length=NAME_MAX_LENGTH, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["owner", "-created_at"])]
 
     def __str__(self) -> str:
-        return f"batch {self.id}"
+        return self.name or f"batch {self.id}"
 
 
 class Upload(models.Model):
@@ -188,7 +191,9 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["owner", "-created_at"]), models.Index(fields=["status", "lane"]),
+        # (owner, -finished_at): what just ended, for the pages' "moving" view (selectors.jobs_moving).
+        indexes = [models.Index(fields=["owner", "-created_at"]), models.Index(fields=["owner", "-finished_at"]),
+                   models.Index(fields=["status", "lane"]),
                    models.Index(fields=["status", "lease_expires_at"]),
                    models.Index(fields=["finished_at"], condition=models.Q(notify_pending=True),
                                 name="job_notify_pending_idx")]
@@ -282,6 +287,7 @@ OUTPUT_LABELS = {
     "hls": "stream (HLS)", "mp4": "video (MP4)", "poster": "poster", "m4a": "audio (M4A)", "waveform": "waveform",
     "large": "large (WebP)", "medium": "medium (WebP)", "thumbnail": "thumbnail (WebP)", "large_jpeg": "large (JPEG)",
     "medium_jpeg": "medium (JPEG)", "thumbnail_jpeg": "thumbnail (JPEG)", "zip": "ZIP",
+    "storyboard": "scrub previews (sprite)", "storyboard_vtt": "scrub previews (WebVTT)",
 }
 
 
@@ -308,23 +314,43 @@ class IdempotencyKey(models.Model):
         return f"{self.scope} {self.key!r} of user {self.owner_id}"
 
 
-class ResumableUpload(AbstractUpload):
-    """A file arriving over the tus protocol (drf-tus, uploads/resumable.py):
-    chunk by chunk into a file on the receiving web host, resumable after a
-    dropped connection. Once complete, `POST /api/uploads/` with its guid
-    in "resumable" turns it into an Upload and a job, and the row goes."""
+class DirectUpload(models.Model):
+    """A file on its way into storage, part by part, straight from the
+    client (uploads/direct.py): not a job yet. Its bytes go to the store
+    under `key`, a multipart upload until completed, never through a web
+    host that keeps them; any web host answers any request about it. Once
+    claimed into a batch, `key` becomes its Upload's file (nothing is
+    copied) and the row goes. An expired row stays a while as a tombstone,
+    so that its URLs answer 410, not 404."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="resumable_uploads")
+    class State(models.TextChoices):
+        OPEN = "open"  # parts may arrive
+        COMPLETE = "complete"  # assembled in the store, waiting to be claimed
+        EXPIRED = "expired"  # given up; its bytes are gone
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="direct_uploads")
+    filename = models.CharField(max_length=255, help_text="As the client named it; display only.")
+    content_type = models.CharField(max_length=255, blank=True, help_text="Untrusted; never used to decide.")
+    size = models.BigIntegerField(null=True, blank=True,
+                                  help_text="Declared at creation; null for a deferred length (known once complete).")
+    part_size = models.PositiveIntegerField(help_text="Every part but the last is exactly this long.")
+    key = models.CharField(max_length=255, unique=True, help_text="Where the bytes go (media.upload_key).")
+    multipart_id = models.CharField(max_length=255, blank=True, help_text="The store's multipart upload id.")
+    # A deferred length's parts, as their URLs were signed: {number: bytes}.
+    # What a URL allows is all that can arrive, so their sum is what the
+    # upload counts against its owner's budget before it is complete.
+    signed = models.JSONField(default=dict, blank=True)
+    signed_bytes = models.BigIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.OPEN)
     created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(db_index=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
 
-    def get_or_create_temporary_file(self) -> str:
-        # Under FAIRLANE_RESUMABLE_DIR (not the system's temporary folder,
-        # which a reboot or tmpreaper may empty mid-upload), named by guid.
-        if not self.temporary_file_path:
-            folder = Path(settings.FAIRLANE_RESUMABLE_DIR)
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"{self.guid}.part"
-            path.touch()
-            self.temporary_file_path = str(path)
-            self.save(update_fields=["temporary_file_path"])
-        return self.temporary_file_path
+    class Meta:
+        ordering = ["-created_at"]
+        # The owner's uploads in progress (bounds), and the sweep by expiry.
+        indexes = [models.Index(fields=["owner", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.filename} ({self.state})"

@@ -1,7 +1,6 @@
 """HTML pages: the upload page (it talks to the JSON API from the browser) and a job's results."""
 from __future__ import annotations
 
-from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -14,7 +13,7 @@ from uploads.delivery import output_url
 @login_required
 @ensure_csrf_cookie
 def upload_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "uploads/upload_page.html", {"chunk_bytes": settings.FAIRLANE_RESUMABLE_CHUNK_BYTES})
+    return render(request, "uploads/upload_page.html")
 
 
 @login_required

@@ -1,16 +1,22 @@
 from django.urls import path
 
-from uploads import api, delivery, pages, resumable
+from uploads import api, delivery, direct_api, pages
 
 urlpatterns = [
     path("", pages.upload_page, name="upload-page"),
     path("jobs/<uuid:job_id>/", pages.job_page, name="job-page"),
     path("batches/<uuid:batch_id>/", pages.batch_page, name="batch-page"),
+    path("account/api-token/", pages.api_token_page, name="api-token"),
+    path("favicon.ico", pages.favicon, name="favicon"),
     path("api/uploads/", api.UploadListCreateApi.as_view(), name="api-upload-list"),
-    path("api/uploads/resumable/", resumable.ResumableCreateApi.as_view(), name="api-resumable-list"),
-    path("api/uploads/resumable/<uuid:guid>/", resumable.ResumableDetailApi.as_view(), name="api-resumable-detail"),
+    path("api/uploads/direct/", direct_api.DirectUploadListApi.as_view(), name="api-direct-list"),
+    path("api/uploads/direct/complete/", direct_api.DirectUploadCompleteApi.as_view(), name="api-direct-complete"),
+    path("api/uploads/direct/<uuid:upload_id>/", direct_api.DirectUploadDetailApi.as_view(), name="api-direct-detail"),
+    path("api/uploads/direct/<uuid:upload_id>/parts/", direct_api.DirectUploadPartsApi.as_view(),
+         name="api-direct-parts"),
     path("api/uploads/<uuid:upload_id>/", api.UploadDetailApi.as_view(), name="api-upload-detail"),
     path("api/jobs/", api.JobListApi.as_view(), name="api-job-list"),
+    path("api/jobs/moving/", api.JobsMovingApi.as_view(), name="api-job-moving"),
     path("api/jobs/<uuid:job_id>/", api.JobDetailApi.as_view(), name="api-job-detail"),
     path("api/jobs/<uuid:job_id>/cancel/", api.JobCancelApi.as_view(), name="api-job-cancel"),
     path("api/jobs/<uuid:job_id>/retry/", api.JobRetryApi.as_view(), name="api-job-retry"),

@@ -1,61 +1,110 @@
-"""A large file sent from the upload page survives a dropped connection: the
-connection is cut at half way (the chunk reached the server, its answer did
-not), tus-js-client asks the server where the upload stands and sends the
-rest from there; nothing is sent twice and the stored file is the file."""
+"""The upload page sends files straight into storage (uploads/static/uploads/
+uploader.js): several at once as one batch with one claim, and a large file
+picks up after the page is reloaded half-way, sending only the parts the
+store does not have. With object storage the parts go to the store itself
+(the bucket's CORS rule lets the page's origin PUT), never to the web."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
-from playwright.sync_api import Route, expect
+from playwright.sync_api import Request, Route, expect
 
 import media
-from uploads.models import Job, ResumableUpload, Upload
+from media import direct as store
+from tests.promise import wait_for
+from uploads.models import DirectUpload, Job, Upload
 
-# e2e too: the zero-setup slice checks the file lands on disk as the full run checks S3.
+# e2e too: the zero-setup slice runs the page against files on disk as the full run does against S3.
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-CHUNK = 256 * 1024
-SIZE = 16 * CHUNK + 1234  # 17 chunks, the last one short
+PART = 5 * 1024 * 1024  # the smallest part size the API signs
+PARTS = 8
+SIZE = PARTS * PART - 4321  # the last part short
 
 
-def test_a_connection_cut_at_half_way_resumes_where_it_stopped(
-    make_person, page, site_login, screenshot, settings, cpu_lane_paused, tmp_path
-):
-    settings.FAIRLANE_RESUMABLE_CHUNK_BYTES = CHUNK
+@pytest.fixture
+def store_allows_the_page(live_server, settings):
+    """The bucket lets the live server's pages PUT (what `manage.py
+    storage_setup` does for the site's own origin)."""
+    settings.FAIRLANE_UPLOAD_PART_BYTES = PART
+    store.configure_cors([live_server.url])
+
+
+def part_puts(page) -> list[Request]:
+    """Every part the page sends: PUTs to the store or to /store/incoming/."""
+    sent: list[Request] = []
+    page.on("request", lambda r: sent.append(r) if r.method == "PUT" else None)
+    return sent
+
+
+def test_several_files_go_up_at_once_and_become_one_batch_in_one_claim(
+        make_person, page, site_login, screenshot, store_allows_the_page, cpu_lane_paused, tmp_path, live_server):
+    files = []
+    for i in range(3):
+        path = tmp_path / f"scan-{i}.png"
+        path.write_bytes(os.urandom(100_000 + i))
+        files.append(path)
+    api_calls: list[str] = []
+    page.on("request", lambda r: api_calls.append(f"{r.method} {r.url}") if "/api/uploads/" in r.url else None)
+    sent = part_puts(page)
+    erin = make_person("erin")
+    site_login(page, erin)
+    page.set_input_files("#picker", [str(p) for p in files])
+    expect(page.locator("#sending .batch-status")).to_have_text("3 file(s) accepted.", timeout=30_000)
+    screenshot(page, "upload-direct-batch")
+
+    assert len(sent) == 3
+    # straight to the store with object storage, to this site's /store/incoming/ on disk
+    web = [r for r in sent if r.url.startswith(live_server.url)]
+    assert len(web) == (0 if media.uses_object_storage() else 3)
+    creates = [c for c in api_calls if re.match(r"POST .*/api/uploads/direct/$", c)]
+    claims = [c for c in api_calls if re.match(r"POST .*/api/uploads/$", c)]
+    assert (len(creates), len(claims)) == (1, 1), api_calls
+    uploads = Upload.objects.filter(owner=erin)
+    assert len({u.batch for u in uploads}) == 1 and uploads.count() == 3
+    for path in files:
+        stored = uploads.get(filename=path.name)
+        assert media.read_bytes(stored.file.name) == path.read_bytes()
+    assert Job.objects.filter(upload__owner=erin).count() == 3
+    assert not DirectUpload.objects.exists()
+
+
+def test_a_large_file_resumes_after_the_page_is_reloaded_half_way(
+        make_person, page, site_login, screenshot, store_allows_the_page, cpu_lane_paused, tmp_path):
     data = os.urandom(SIZE)
-    (tmp_path / "holiday.mov").write_bytes(data)
-    requests: list[tuple[str, int]] = []  # (method, Upload-Offset sent)
-    cut: list[int] = []
+    path = tmp_path / "holiday.mov"
+    path.write_bytes(data)
+    held: list[Route] = []
+    done = []
 
-    def tus(route: Route) -> None:
-        request = route.request
-        offset = int(request.headers.get("upload-offset", "-1"))
-        requests.append((request.method, offset))
-        if request.method == "PATCH" and not cut and offset >= SIZE // 2:
-            cut.append(offset)
-            route.fetch()  # the server takes the chunk...
-            route.abort("connectionreset")  # ...and the connection drops before its answer arrives
+    def half_then_hold(route: Route) -> None:
+        if len(done) >= PARTS // 2:  # the connection stalls from half way: the person reloads
+            held.append(route)
             return
         route.continue_()
+        done.append(route.request.url)
 
-    page.route("**/api/uploads/resumable/**", tus)
+    page.route(re.compile(r".*"), lambda route: half_then_hold(route) if route.request.method == "PUT"
+               else route.continue_())
     dana = make_person("dana")
     site_login(page, dana)
-    page.set_input_files("#picker", str(tmp_path / "holiday.mov"))
-    expect(page.locator("#sending .batch-status")).to_have_text("1 file(s) accepted.", timeout=30_000)
+    page.set_input_files("#picker", str(path))
+    wait_for(lambda: len(held) >= 1, 60, "the page to send half of the file")
+    upload = DirectUpload.objects.get(owner=dana)
+    wait_for(lambda: len(store.stored_parts(upload.key, upload.multipart_id)) == PARTS // 2, 30,
+             "half of the parts in the store")
+
+    page.unroute(re.compile(r".*"))
+    page.reload()
+    sent_after = part_puts(page)
+    page.set_input_files("#picker", str(path))  # the same file again: the page finds its upload
+    expect(page.locator("#sending .batch-status")).to_have_text("1 file(s) accepted.", timeout=60_000)
     expect(page.locator("#sending progress")).to_have_js_property("value", SIZE)
     screenshot(page, "upload-resumed")
 
-    patches = [offset for method, offset in requests if method == "PATCH"]
-    # Chunk after chunk up to the cut, then a HEAD (where does the upload
-    # stand?), then on from the end of the chunk the server had taken.
-    assert patches == [i * CHUNK for i in range(17)], patches
-    after_cut = requests[requests.index(("PATCH", cut[0])) + 1]
-    assert after_cut[0] == "HEAD", requests
-    assert cut[0] >= SIZE // 2 and cut[0] < SIZE // 2 + CHUNK
-
-    upload = Upload.objects.get(owner=dana)
-    assert upload.filename == "holiday.mov" and upload.size == SIZE
-    assert media.read_bytes(upload.file.name) == data
-    assert Job.objects.get(upload=upload).status == Job.Status.QUEUED
-    assert not ResumableUpload.objects.exists()
+    assert len(sent_after) == PARTS - PARTS // 2, [r.url for r in sent_after]  # only what the store lacked
+    stored = Upload.objects.get(owner=dana)
+    assert stored.filename == "holiday.mov" and stored.size == SIZE and stored.file.name == upload.key
+    assert media.read_bytes(stored.file.name) == data
+    assert Job.objects.get(upload=stored).status == Job.Status.QUEUED

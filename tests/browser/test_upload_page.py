@@ -73,20 +73,20 @@ def test_files_picked_before_the_page_has_finished_loading_are_sent(
 ):
     """The picker is in the page before the script that handles it: a pick
     in between fires its change event with nobody listening. Held here by
-    stalling the tus client's script, which the page loads before its own."""
+    stalling the uploader's script, which the page loads before its own."""
     dina = make_person("dina")
     picked = tmp_path / "early.png"
     Image.new("RGB", (64, 48), (40, 140, 240)).save(picked)
     site_login(page, dina)
     held = []
-    page.route("**/tus-js-client-*.js", lambda route: held.append(route))  # answered once the pick is made
+    page.route("**/uploads/uploader*.js", lambda route: held.append(route))  # answered once the pick is made
     page.goto("/", wait_until="commit")
     page.wait_for_selector("#picker", state="attached")
     for _ in range(500):  # Playwright's sync API hands over the route only inside its own calls
         if held:
             break
         page.wait_for_timeout(20)
-    assert held, "the page did not ask for the tus client's script within 10 s"
+    assert held, "the page did not ask for the uploader's script within 10 s"
     page.set_input_files("#picker", [str(picked)])
     held[0].continue_()
     expect(page.locator("#sending .batch-status")).to_have_text("1 file(s) accepted.")

@@ -194,3 +194,96 @@ def test_a_host_lost_mid_chunk_costs_only_that_chunk(hosts, make_user, api_clien
     assert host_of(JobAttempt.objects.get(job=victim, number=2)) == "cpu-b"
     others = Job.objects.filter(parent_id=parent_id).exclude(id=victim.id)
     assert {job.attempts for job in others} == {1}  # nothing else ran twice
+
+
+def _web_host(hosts_network, name: str, tmp_path: Path) -> str:
+    """gunicorn on a host of its own, as the Procfile runs it; its URL."""
+    import os
+    import sys
+
+    from tests.workers import test_database_url
+
+    host = hosts_network.add_host(name)
+    host.popen([str(Path(sys.executable).parent / "gunicorn"), "project.wsgi", "--bind", f"{host.address}:8000",
+                "--workers", "1", "--threads", "4"],
+               env={**os.environ, "DATABASE_URL": test_database_url(), "DJANGO_ALLOWED_HOSTS": host.address,
+                    "FAIRLANE_UPLOAD_PART_BYTES": str(5 * 1024 * 1024)},
+               log=tmp_path / f"{name}.log")
+    url = f"http://{host.address}:8000"
+    import urllib.error
+    import urllib.request
+
+    def answering() -> bool:
+        try:
+            urllib.request.urlopen(url + "/healthz?scope=web", timeout=2)
+        except urllib.error.HTTPError:
+            pass  # it answers
+        return True
+
+    wait_for(answering, 60, lambda: f"{name} to answer: " + (tmp_path / f"{name}.log").read_text()[-2000:],
+             every=0.2, ignoring=(OSError,))
+    return url
+
+
+def test_any_web_host_takes_any_request_of_an_upload_and_one_dying_mid_upload_loses_nothing(
+        hosts, make_user, tmp_path):
+    """The bytes go to the store, the state is in the database: an upload
+    created on one web host, its part URLs asked for from both in turn, goes
+    on through the other when the first is lost half-way, and the stored
+    file is the file."""
+    network = SHARED["network"]
+    try:
+        _upload_across_two_web_hosts(network, hosts, make_user, tmp_path)
+    finally:
+        for name in ("web-a", "web-b"):
+            if name in network.hosts:
+                network.remove_host(name)
+
+
+def _upload_across_two_web_hosts(network, hosts, make_user, tmp_path) -> None:
+    import json
+    import urllib.request
+
+    import numpy as np
+    from PIL import Image
+
+    import media
+    from uploads.models import Upload
+
+    web_a, web_b = _web_host(network, "web-a", tmp_path), _web_host(network, "web-b", tmp_path)
+    noise = np.random.default_rng(31).integers(0, 256, (2500, 4000, 3), dtype=np.uint8)  # 30 MB: 6 parts
+    picture = tmp_path / "noise.png"
+    Image.fromarray(noise).save(picture, compress_level=0)
+    data = picture.read_bytes()
+    user = make_user("wanda")
+
+    def call(web: str, method: str, path: str, body=None) -> dict:
+        request = urllib.request.Request(web + path, method=method, data=None if body is None else json.dumps(body)
+                                         .encode(), headers={"Authorization": f"Token {user.auth_token.key}",
+                                                             "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return json.loads(resp.read() or b"null")
+
+    [upload] = call(web_a, "POST", "/api/uploads/direct/", {"files": [{"filename": "noise.png",
+                                                                      "size": len(data)}]})["uploads"]
+    parts, size = upload["parts"], upload["part_size"]
+    assert parts == 6 and all(u["url"].startswith("http") for u in upload["urls"])  # the store's own URLs
+    for number in range(1, parts + 1):
+        if number == parts // 2 + 1:
+            network.hosts["web-a"].vanish()  # lost half-way: what it signed and recorded was never only its own
+        web = web_a if number % 2 and number <= parts // 2 else web_b  # in turn, then the one left
+        [url] = call(web, "POST", f"/api/uploads/direct/{upload['id']}/parts/", {"parts": [number]})["urls"]
+        chunk = data[(number - 1) * size:number * size]
+        with urllib.request.urlopen(urllib.request.Request(url["url"], data=chunk, method="PUT"), timeout=60) as r:
+            assert r.status == 200
+    status = call(web_b, "GET", f"/api/uploads/direct/{upload['id']}/")
+    assert status["received"] == len(data)
+    claimed = call(web_b, "POST", "/api/uploads/", {"direct": [upload["id"]]})
+    [accepted] = claimed["uploads"]
+    stored = Upload.objects.get(id=accepted["id"])
+    assert media.read_bytes(stored.file.name) == data
+    hosts("cpu-a")
+    hosts("io-a", "io", concurrency=4)
+    jobs = [accepted["job"]["id"]]
+    wait_all_terminal(jobs, timeout=120)
+    promise_kept(jobs)

@@ -1,0 +1,269 @@
+"""Direct uploads (uploads/direct.py) through the API, on both storage
+backends: the parts go to the URLs the API signs (the store's presigned
+ones with object storage, the web's /store/incoming/ on disk), the store
+bounds every part to the size its URL allows, and a claim turns the upload's
+key into its Upload's file. Bounds, expiry and refusals in the API's error
+shape, only ever on one's own uploads."""
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+import media
+from tests.api_answers import assert_no_5xx_and_error_shape
+from uploads import direct
+from uploads.models import DirectUpload, Job, Upload
+
+pytestmark = pytest.mark.django_db
+MIB = 1024 * 1024
+PART = 5 * MIB  # S3's smallest part, and the smallest part size we sign
+
+
+@pytest.fixture
+def small_parts(settings):
+    settings.FAIRLANE_UPLOAD_PART_BYTES = PART
+
+
+def put(client, url: str, body: bytes) -> int:
+    """PUT a part as a browser does: to the store (absolute URL) or to this
+    site (relative), no credentials."""
+    if url.startswith("/"):
+        return client.generic("PUT", url, body, content_type="application/octet-stream").status_code
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body, method="PUT"), timeout=30) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def create(client, *files: tuple[str, int | None]) -> list[dict]:
+    resp = client.post("/api/uploads/direct/", {"files": [{"filename": n, "size": s} for n, s in files]},
+                       format="json")
+    assert resp.status_code == 201, resp.content
+    return resp.json()["uploads"]
+
+
+def sign(client, upload_id: str, parts: list) -> list[dict]:
+    resp = client.post(f"/api/uploads/direct/{upload_id}/parts/", {"parts": parts}, format="json")
+    assert resp.status_code == 200, resp.content
+    return resp.json()["urls"]
+
+
+def send_all(client, upload: dict, data: bytes) -> None:
+    urls = {u["number"]: u for u in upload["urls"]}
+    for number in range(1, upload["parts"] + 1):
+        url = urls.get(number) or sign(client, upload["id"], [number])[0]
+        start = (number - 1) * upload["part_size"]
+        assert put(client, url["url"], data[start:start + url["size"]]) == 200
+
+
+def test_a_file_sent_in_parts_and_claimed_is_the_uploads_file_byte_for_byte(
+        storage_backend, small_parts, make_user, api_client_for, django_capture_on_commit_callbacks):
+    client = api_client_for(make_user("alice"))
+    data = os.urandom(2 * PART + 12345)
+    [upload] = create(client, ("clip.mp4", len(data)))
+    assert (upload["parts"], upload["part_size"], upload["state"]) == (3, PART, "open")
+    assert [(u["number"], u["size"]) for u in upload["urls"]] == [(1, PART), (2, PART), (3, 12345)]
+    assert put(client, upload["urls"][0]["url"], data[:PART]) == 200
+    # After a reload, the client asks what the store has and sends the rest.
+    status = client.get(f"/api/uploads/direct/{upload['id']}/").json()
+    assert (status["received"], status["parts_received"]) == (PART, [{"number": 1, "size": PART}])
+    for part in upload["urls"][1:]:
+        start = (part["number"] - 1) * PART
+        assert put(client, part["url"], data[start:start + part["size"]]) == 200
+
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = client.post("/api/uploads/", {"direct": [upload["id"]]}, format="json")  # completes, then claims
+    assert resp.status_code == 202, resp.content
+    [accepted] = resp.json()["uploads"]
+    stored = Upload.objects.get(id=accepted["id"])
+    key = stored.file.name
+    assert key.startswith(f"uploads/{stored.owner_id}/") and stored.size == len(data)
+    assert media.read_bytes(key) == data
+    assert Job.objects.get(upload=stored).status == Job.Status.QUEUED
+    assert not DirectUpload.objects.exists()  # taken over in the batch's transaction
+    again = client.post("/api/uploads/", {"direct": [upload["id"]]}, format="json")
+    assert again.status_code == 400 and again.json()["error"]["code"] == "unknown_uploads"
+
+
+def test_nothing_past_what_a_url_allows_is_stored(storage_backend, small_parts, make_user, api_client_for):
+    client = api_client_for(make_user("alice"))
+    [upload] = create(client, ("a.bin", 100))
+    url = upload["urls"][0]["url"]
+    assert put(client, url, b"x" * 101) in (400, 403)  # the store (or our stand-in) checks the signed size
+    assert put(client, url, b"x" * 99) in (400, 403)
+    for parts in ([2], [0], [{"number": 1, "size": 200}]):
+        resp = client.post(f"/api/uploads/direct/{upload['id']}/parts/", {"parts": parts}, format="json")
+        assert resp.status_code == 400, (parts, resp.content)
+    incomplete = client.post("/api/uploads/direct/complete/", {"uploads": [upload["id"]]}, format="json")
+    assert incomplete.status_code == 409 and incomplete.json()["error"]["missing"] == [1]
+    assert put(client, url, b"x" * 100) == 200
+    done = client.post("/api/uploads/direct/complete/", {"uploads": [upload["id"]]}, format="json")
+    assert done.status_code == 200 and done.json()["uploads"][0]["state"] == "complete"
+    # Finished: an earlier URL writes nothing, and no new one is signed.
+    assert put(client, url, b"y" * 100) in (403, 404, 410)
+    assert media.read_bytes(DirectUpload.objects.get().key) == b"x" * 100
+    more = client.post(f"/api/uploads/direct/{upload['id']}/parts/", {"parts": [1]}, format="json")
+    assert more.status_code == 409 and more.json()["error"]["code"] == "upload_complete"
+
+
+def test_a_deferred_length_is_bounded_and_counts_what_its_urls_were_signed_for(
+        storage_backend, small_parts, make_user, api_client_for, settings, django_capture_on_commit_callbacks):
+    settings.FAIRLANE_MAX_UPLOAD_BYTES = 3 * PART
+    client = api_client_for(make_user("alice"))
+    [upload] = create(client, ("live.mp4", None))
+    assert (upload["size"], upload["parts"], upload["urls"]) == (None, None, [])
+    bare = client.post(f"/api/uploads/direct/{upload['id']}/parts/", {"parts": [1]}, format="json")
+    assert bare.status_code == 400  # a deferred length's part comes with its size
+    first, second = sign(client, upload["id"], [{"number": 1, "size": PART}, {"number": 2, "size": 1000}])
+    row = DirectUpload.objects.get()
+    assert row.signed_bytes == PART + 1000
+    after_last = client.post(f"/api/uploads/direct/{upload['id']}/parts/",
+                             {"parts": [{"number": 3, "size": 10}]}, format="json")
+    assert after_last.status_code == 400  # part 2 was shorter: it is the last
+    too_much = client.post(f"/api/uploads/direct/{upload['id']}/parts/",
+                           {"parts": [{"number": n, "size": PART} for n in (2, 3, 4)]}, format="json")
+    assert too_much.status_code == 413 and too_much.json()["error"]["code"] == "file_too_large"
+    data = os.urandom(PART + 1000)
+    assert put(client, first["url"], data[:PART]) == 200
+    assert put(client, second["url"], data[PART:]) == 200
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = client.post("/api/uploads/", {"direct": [upload["id"]]}, format="json")
+    assert resp.status_code == 202, resp.content
+    assert media.read_bytes(Upload.objects.get().file.name) == data
+
+
+def test_a_users_uploads_in_progress_are_bounded_in_number_and_bytes(make_user, api_client_for, settings):
+    settings.FAIRLANE_MAX_PENDING_UPLOADS = 3
+    settings.FAIRLANE_MAX_USER_PENDING_BYTES = 10 * MIB
+    client = api_client_for(make_user("alice"))
+    create(client, ("a", 4 * MIB), ("b", 4 * MIB))
+    over_bytes = client.post("/api/uploads/direct/", {"files": [{"filename": "c", "size": 3 * MIB}]}, format="json")
+    assert over_bytes.status_code == 413 and over_bytes.json()["error"]["code"] == "too_many_pending_bytes"
+    create(client, ("c", MIB))
+    over_count = client.post("/api/uploads/direct/", {"files": [{"filename": "d", "size": 1}]}, format="json")
+    assert over_count.status_code == 429 and over_count.json()["error"]["code"] == "too_many_pending_uploads"
+    # Another user is not affected by alice's.
+    create(api_client_for(make_user("bob")), ("e", 9 * MIB))
+    # A deferred length counts what its URLs were signed for.
+    DirectUpload.objects.filter(filename="c").delete()
+    [deferred] = create(client, ("live", None))
+    refused = client.post(f"/api/uploads/direct/{deferred['id']}/parts/",
+                          {"parts": [{"number": 1, "size": 3 * MIB}]}, format="json")
+    assert refused.status_code == 413 and refused.json()["error"]["code"] == "too_many_pending_bytes"
+    assert DirectUpload.objects.get(id=deferred["id"]).signed_bytes == 0
+
+
+def test_an_expired_upload_answers_410_to_every_request(make_user, api_client_for):
+    client = api_client_for(make_user("alice"))
+    [upload] = create(client, ("a.bin", 10))
+    DirectUpload.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    base = f"/api/uploads/direct/{upload['id']}/"
+    for resp in (client.get(base), client.post(base + "parts/", {"parts": [1]}, format="json"),
+                 client.post("/api/uploads/direct/complete/", {"uploads": [upload["id"]]}, format="json"),
+                 client.post("/api/uploads/", {"direct": [upload["id"]]}, format="json"), client.delete(base)):
+        assert resp.status_code == 410, resp.content
+        assert resp.json()["error"]["code"] == "upload_expired"
+    # Expired uploads hold nothing against their owner's bounds.
+    assert direct._pending(DirectUpload.objects.get().owner) == (0, 0)
+
+
+def test_another_users_upload_is_not_found(make_user, api_client_for):
+    alice, bob = api_client_for(make_user("alice")), api_client_for(make_user("bob"))
+    [upload] = create(alice, ("a.bin", 10))
+    base = f"/api/uploads/direct/{upload['id']}/"
+    for resp in (bob.get(base), bob.post(base + "parts/", {"parts": [1]}, format="json"), bob.delete(base),
+                 bob.post("/api/uploads/direct/complete/", {"uploads": [upload["id"]]}, format="json")):
+        assert resp.status_code == 404
+    claim = bob.post("/api/uploads/", {"direct": [upload["id"]]}, format="json")
+    assert claim.status_code == 400 and claim.json()["error"]["code"] == "unknown_uploads"
+    assert DirectUpload.objects.get().state == "open"
+
+
+def test_giving_an_upload_up_drops_what_it_stored(storage_backend, make_user, api_client_for):
+    client = api_client_for(make_user("alice"))
+    [upload] = create(client, ("a.bin", 10))
+    assert put(client, upload["urls"][0]["url"], b"0123456789") == 200
+    row = DirectUpload.objects.get()
+    assert client.delete(f"/api/uploads/direct/{upload['id']}/").status_code == 204
+    assert not DirectUpload.objects.exists()
+    with pytest.raises(media.UploadGone):
+        direct.store.stored_parts(row.key, row.multipart_id)
+    assert put(client, upload["urls"][0]["url"], b"0123456789") in (403, 404, 410)
+
+
+def test_the_sweep_gives_up_expired_uploads_forgets_tombstones_and_aborts_orphans(
+        storage_backend, make_user, api_client_for, settings):
+    client = api_client_for(make_user("alice"))
+    kept, expired = create(client, ("kept.bin", 10), ("expired.bin", 10))
+    assert put(client, expired["urls"][0]["url"], b"0123456789") == 200
+    DirectUpload.objects.filter(id=expired["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+    row = DirectUpload.objects.get(id=expired["id"])
+    orphan_key = media.upload_key(owner_id=0)
+    orphan = media.multipart_begin(orphan_key, tag=direct.STAGING_TAG)  # its row was never written
+    export = media.multipart_begin("exports/x/y/z.zip")  # another user of multipart uploads: not ours to sweep
+    settings.FAIRLANE_UPLOAD_EXPIRE_S = -7200  # every multipart upload is old enough to be an orphan now
+
+    swept = direct.direct_uploads_sweep()
+    assert (swept.expired, swept.orphans) == (1, 1)
+    assert DirectUpload.objects.get(id=expired["id"]).state == "expired"
+    with pytest.raises(media.UploadGone):
+        direct.store.stored_parts(row.key, row.multipart_id)
+    with pytest.raises(media.UploadGone):
+        direct.store.stored_parts(orphan_key, orphan)
+    kept_row = DirectUpload.objects.get(id=kept["id"])
+    assert direct.store.stored_parts(kept_row.key, kept_row.multipart_id) == []  # live: untouched
+    assert direct.store.stored_parts("exports/x/y/z.zip", export) == []
+    media.multipart_abort("exports/x/y/z.zip", export)
+
+    settings.FAIRLANE_UPLOAD_TOMBSTONE_S = 0
+    assert direct.direct_uploads_sweep().forgotten == 1
+    assert list(DirectUpload.objects.values_list("id", flat=True)) == [kept_row.id]
+
+
+def test_an_incoming_url_must_be_ours_unaltered_and_unexpired(filesystem_storage, make_user, api_client_for, client):
+    api = api_client_for(make_user("alice"))
+    [upload] = create(api, ("a.bin", 10))
+    url = upload["urls"][0]["url"]
+    token = url.rstrip("/").rsplit("/", 1)[1]
+    forged = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
+    assert put(client, f"/store/incoming/{forged}", b"0123456789") == 403
+    assert client.get(url).status_code == 405
+    no_length = client.generic("PUT", url, b"", content_type="application/octet-stream")
+    assert no_length.status_code in (400, 411)
+
+
+@hypothesis_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.one_of(
+    st.none(), st.text(max_size=20), st.integers(), st.lists(st.integers(-3, 3), max_size=3),
+    st.fixed_dictionaries({"files": st.lists(st.fixed_dictionaries(
+        {"filename": st.text(max_size=30), "size": st.one_of(st.none(), st.integers(-5, 2**63 + 5), st.text(max_size=5))}),
+        max_size=3)}),
+    st.fixed_dictionaries({"parts": st.lists(st.one_of(
+        st.integers(-2, 20_000), st.booleans(), st.text(max_size=3),
+        st.fixed_dictionaries({"number": st.integers(-2, 20_000), "size": st.integers(-2, 2**40)})), max_size=4)}),
+    st.fixed_dictionaries({"uploads": st.lists(st.one_of(st.uuids().map(str), st.text(max_size=8)), max_size=3)}),
+    st.fixed_dictionaries({"direct": st.lists(st.one_of(st.uuids().map(str), st.integers()), max_size=3)}),
+))
+def test_no_request_body_makes_a_direct_upload_endpoint_fail(api_client_for, body):
+    """Generated bodies for every direct-upload endpoint (and the claim):
+    never a 5xx, errors in the API's shape."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    user = get_user_model().objects.get_or_create(username="fuzz")[0]  # the examples share one
+    Token.objects.get_or_create(user=user)
+    client = api_client_for(user)
+    open_upload = DirectUpload.objects.filter(owner=user, state="open").first()
+    upload_id = str(open_upload.id) if open_upload else create(client, ("a.bin", 10))[0]["id"]
+    for url in ("/api/uploads/direct/", f"/api/uploads/direct/{upload_id}/parts/", "/api/uploads/direct/complete/",
+                "/api/uploads/"):
+        assert_no_5xx_and_error_shape(client.post(url, body, format="json"), f"POST {url} {body!r}")

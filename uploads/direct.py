@@ -1,0 +1,466 @@
+"""Uploads straight into storage: the web tier authorises, records and
+claims; it never holds the bytes.
+
+    create    POST /api/uploads/direct/             a file's name and size (or none: a deferred length)
+                                                    -> an upload, with URLs for its first parts
+    parts     POST /api/uploads/direct/<id>/parts/  more part URLs (and, deferred, each part's size)
+    status    GET  /api/uploads/direct/<id>/        which parts the store has (resume after a reload)
+    complete  POST /api/uploads/direct/complete/    assemble them in the store
+    claim     POST /api/uploads/ {"direct": [...]}  completed uploads become one batch of jobs
+    abort     DELETE /api/uploads/direct/<id>/
+
+A client PUTs each part to its URL: the store's own presigned URL with
+object storage, or the web's `/store/incoming/` with files on disk
+(media/direct.py). A URL takes exactly the bytes it was signed for, so what
+an upload stores is bounded by what it declared: its size, or for a
+deferred length the sizes its part URLs were signed for, at most
+FAIRLANE_MAX_UPLOAD_BYTES. A user's uploads in progress are bounded in
+number (FAIRLANE_MAX_PENDING_UPLOADS) and bytes
+(FAIRLANE_MAX_USER_PENDING_BYTES, declared or signed: what can have been
+written), checked under a lock on the user's row so that two web hosts
+cannot both squeeze under them.
+
+No database transaction waits on a client or on the store: creating and
+signing take a short transaction with no I/O, the store's calls (begin,
+list, complete, abort) happen outside any, and claiming moves no bytes
+(the upload's key becomes its Upload's file). Every row is shared state,
+so any web host takes any request of any upload. Past `expires_at` every
+request about an upload answers 410; the sweep (`direct_uploads_sweep`,
+beat) gives up expired uploads and aborts multipart uploads no row knows,
+from any host.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import Count, Q, Sum, Value
+from django.db.models.functions import Coalesce, Greatest
+from django.utils import timezone
+
+import media
+from media import direct as store
+from uploads import services
+from uploads.errors import ApplicationError
+from uploads.models import DirectUpload, Upload
+
+log = logging.getLogger(__name__)
+
+# multipart_begin's tag on disk: the staging folders that are direct uploads'.
+STAGING_TAG = "up"
+# Calls to the store made for many uploads at once (a 2,000-file drop):
+# enough to hide each call's latency, few enough to leave the web host's
+# threads to other requests.
+STORE_THREADS = 8
+# URLs handed out with an upload when it is created (more on request): all
+# of a small file's, and enough of a large one's to start at full speed.
+FIRST_URLS = 8
+# S3's bounds: a part is at least 5 MiB but the last, and at most 10,000 parts.
+MIN_PART_BYTES, MAX_PARTS = 5 * 1024 * 1024, 10_000
+LIVE = (DirectUpload.State.OPEN, DirectUpload.State.COMPLETE)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class NewFile:
+    filename: str
+    size: int | None  # None: a deferred length
+    content_type: str = ""
+
+
+@dataclass(frozen=True)
+class PartUrl:
+    number: int
+    size: int
+    url: str
+
+
+def part_count(upload: DirectUpload) -> int | None:
+    """How many parts a declared size takes (None: deferred)."""
+    return None if upload.size is None else max(1, math.ceil(upload.size / upload.part_size))
+
+
+def part_size_of(upload: DirectUpload, number: int) -> int:
+    """The exact size of part `number` of a declared size."""
+    return min(upload.part_size, upload.size - (number - 1) * upload.part_size)
+
+
+def _part_bytes() -> int:
+    return max(MIN_PART_BYTES, settings.FAIRLANE_UPLOAD_PART_BYTES)
+
+
+def _in_parallel(fn: Callable[[T], R], items: list[T]) -> list[R]:
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(STORE_THREADS, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+# --- create ------------------------------------------------------------------------------
+
+
+def direct_uploads_create(*, owner: AbstractBaseUser, files: list[NewFile]) -> list[tuple[DirectUpload, list[PartUrl]]]:
+    """Start one upload per file: its row (within its owner's bounds), its
+    multipart upload in the store, and URLs for its first parts."""
+    _check_new(files)
+    now = timezone.now()
+    part = _part_bytes()
+    rows = [DirectUpload(owner=owner, filename=(f.filename or "upload")[:255], content_type=(f.content_type or "")[:255],
+                         size=f.size, part_size=part, key=media.upload_key(owner_id=owner.pk),
+                         expires_at=now + timedelta(seconds=settings.FAIRLANE_UPLOAD_EXPIRE_S)) for f in files]
+    with transaction.atomic():
+        _lock_owner(owner)
+        _check_room(owner, uploads=len(rows), bytes_=sum(f.size or 0 for f in files))
+        DirectUpload.objects.bulk_create(rows)
+    try:
+        ids = _in_parallel(lambda row: media.multipart_begin(row.key, tag=STAGING_TAG), rows)
+    except Exception:
+        # Nothing of them may stay: the rows (and whatever multipart uploads
+        # did begin: the sweep finds those by their age, as orphans).
+        DirectUpload.objects.filter(pk__in=[row.pk for row in rows]).delete()
+        raise
+    for row, multipart_id in zip(rows, ids):
+        row.multipart_id = multipart_id
+    DirectUpload.objects.bulk_update(rows, ["multipart_id"])
+    return [(row, _sign(row, [(n, None) for n in range(1, min(FIRST_URLS, part_count(row) or 0) + 1)]))
+            for row in rows]
+
+
+def _check_new(files: list[NewFile]) -> None:
+    if not files:
+        raise ApplicationError("no_files", "Name one or more files to upload.")
+    most = settings.FAIRLANE_MAX_FILES_PER_REQUEST
+    if len(files) > most:
+        raise ApplicationError("too_many_files", f"At most {most} files per request; send the rest in another.",
+                               status_code=413, extra={"limit": most})
+    largest = settings.FAIRLANE_MAX_UPLOAD_BYTES
+    too_big = [f.filename for f in files if f.size is not None and f.size > largest]
+    if too_big:
+        raise ApplicationError("file_too_large", f"Files larger than {largest} bytes are not accepted: "
+                               f"{', '.join(too_big)}.", status_code=413, extra={"files": too_big, "limit": largest})
+    empty = [f.filename for f in files if f.size is not None and f.size <= 0]
+    if empty:
+        raise ApplicationError("empty_file", f"These files are empty: {', '.join(empty)}.", extra={"files": empty})
+
+
+def _lock_owner(owner: AbstractBaseUser) -> None:
+    """Serialise the owner's creates and signs (PostgreSQL: a row lock on
+    the user for the transaction's few statements; SQLite takes the whole
+    write lock at BEGIN anyway: transaction_mode IMMEDIATE)."""
+    get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
+
+
+def _pending(owner: AbstractBaseUser) -> tuple[int, int]:
+    """The owner's uploads in progress (open or complete, not expired) and
+    the bytes they can hold: the declared size, or what a deferred length's
+    URLs were signed for."""
+    totals = DirectUpload.objects.filter(owner=owner, state__in=LIVE, expires_at__gt=timezone.now()).aggregate(
+        count=Count("id"), bytes=Sum(Greatest(Coalesce("size", Value(0)), "signed_bytes")))
+    return totals["count"], totals["bytes"] or 0
+
+
+def _check_room(owner: AbstractBaseUser, *, uploads: int, bytes_: int) -> None:
+    count, held = _pending(owner)
+    most = settings.FAIRLANE_MAX_PENDING_UPLOADS
+    if count + uploads > most:
+        raise ApplicationError("too_many_pending_uploads", f"At most {most} uploads in progress at once (you have "
+                               f"{count}); claim or delete finished ones first.", status_code=429,
+                               extra={"limit": most, "pending": count})
+    budget = settings.FAIRLANE_MAX_USER_PENDING_BYTES
+    if held + bytes_ > budget:
+        raise ApplicationError("too_many_pending_bytes", f"Your uploads in progress would hold more than {budget} "
+                               "bytes; claim or delete finished ones first.", status_code=413,
+                               extra={"limit": budget, "pending": held})
+
+
+# --- parts ---------------------------------------------------------------------------------
+
+
+def _owned(owner: AbstractBaseUser, upload_id, *, lock: bool = False) -> DirectUpload:
+    rows = DirectUpload.objects.filter(owner=owner, id=upload_id)
+    upload = (rows.select_for_update() if lock else rows).first()
+    if upload is None:
+        raise ApplicationError("not_found", "No such upload.", status_code=404)
+    if upload.state == DirectUpload.State.EXPIRED or upload.expires_at <= timezone.now():
+        raise ApplicationError("upload_expired", "This upload has expired and takes no more bytes; start it again.",
+                               status_code=410)
+    return upload
+
+
+def direct_upload_sign(*, owner: AbstractBaseUser, upload_id, parts: list[tuple[int, int | None]]) -> list[PartUrl]:
+    """URLs for parts (number, size): a declared size fixes each part's
+    size (give None); a deferred one takes the client's, at most the part
+    size, a shorter part being the last, and the sum of every part signed
+    bounded by FAIRLANE_MAX_UPLOAD_BYTES and the owner's budget."""
+    if not parts:
+        raise ApplicationError("no_parts", "Name one or more part numbers.")
+    if len(parts) > MAX_PARTS:
+        raise ApplicationError("too_many_parts", f"At most {MAX_PARTS} parts per request.")
+    upload = _owned(owner, upload_id)
+    if upload.state != DirectUpload.State.OPEN:
+        raise ApplicationError("upload_complete", "This upload is complete and takes no more bytes.", status_code=409)
+    if upload.size is not None:
+        return _sign(upload, parts)
+    with transaction.atomic():  # a deferred length: what is signed counts, under the owner's bounds
+        _lock_owner(owner)
+        upload = _owned(owner, upload_id, lock=True)
+        signed = {int(n): size for n, size in upload.signed.items()}
+        for number, size in parts:
+            if size is None or not 0 < size <= upload.part_size:
+                raise ApplicationError("invalid_part_size", f"Part {number}: a deferred length's part is sent with "
+                                       f"its size, 1 to {upload.part_size} bytes.")
+            signed[number] = size
+        _check_deferred(upload, signed)
+        total = sum(signed.values())
+        _check_room(owner, uploads=0, bytes_=max(0, total - upload.signed_bytes))
+        upload.signed, upload.signed_bytes = {str(n): size for n, size in sorted(signed.items())}, total
+        upload.save(update_fields=["signed", "signed_bytes"])
+    return _sign(upload, parts)
+
+
+def _check_deferred(upload: DirectUpload, signed: dict[int, int]) -> None:
+    """Part numbers within 1..MAX_PARTS, none after one shorter than the
+    part size (that one is the last), and the total within the largest
+    file accepted."""
+    if any(not 1 <= n <= MAX_PARTS for n in signed):
+        raise ApplicationError("invalid_part_number", f"Part numbers are 1 to {MAX_PARTS}.")
+    short = [n for n, size in signed.items() if size < upload.part_size]
+    if short and max(signed) > min(short):
+        raise ApplicationError("invalid_part_size", f"Part {min(short)} is shorter than the part size, so it is the "
+                               "last: no part may come after it.")
+    largest = settings.FAIRLANE_MAX_UPLOAD_BYTES
+    if sum(signed.values()) > largest:
+        raise ApplicationError("file_too_large", f"Files larger than {largest} bytes are not accepted.",
+                               status_code=413, extra={"limit": largest})
+
+
+def _sign(upload: DirectUpload, parts: list[tuple[int, int | None]]) -> list[PartUrl]:
+    count = part_count(upload)
+    urls = []
+    for number, size in parts:
+        if count is not None:
+            if not 1 <= number <= count:
+                raise ApplicationError("invalid_part_number", f"This upload has parts 1 to {count}.")
+            fixed = part_size_of(upload, number)
+            if size not in (None, fixed):
+                raise ApplicationError("invalid_part_size", f"Part {number} of this upload is {fixed} bytes: its "
+                                       "declared size fixes every part's.")
+            size = fixed
+        urls.append(PartUrl(number, size, store.part_url(upload.key, upload.multipart_id, number, size,
+                                                          expires_at=_url_expiry(upload))))
+    return urls
+
+
+def _url_expiry(upload: DirectUpload) -> datetime:
+    return min(upload.expires_at, timezone.now() + timedelta(seconds=settings.FAIRLANE_UPLOAD_URL_TTL_S))
+
+
+# --- status, complete, abort ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Status:
+    upload: DirectUpload
+    parts: list[media.Part]  # what the store has (all of it once complete)
+
+    @property
+    def received(self) -> int:
+        return self.upload.size if self.upload.state == DirectUpload.State.COMPLETE else sum(
+            p.size for p in self.parts)
+
+
+def direct_upload_status(*, owner: AbstractBaseUser, upload_id) -> Status:
+    """Where an upload stands, as the store says: a client resuming after
+    a reload sends only the parts that are missing."""
+    upload = _owned(owner, upload_id)
+    if upload.state == DirectUpload.State.COMPLETE:
+        return Status(upload, [])
+    return Status(upload, store.stored_parts(upload.key, upload.multipart_id))
+
+
+def direct_uploads_complete(*, owner: AbstractBaseUser, upload_ids: list) -> list[DirectUpload]:
+    """Assemble each open upload from the parts the store has (complete ones
+    are left as they are): every part there at its exact size, or 409
+    naming what is missing. The store's calls run in threads; the rows are
+    written here, in this thread (whose connection may be a test's
+    transaction)."""
+    uploads = [_owned(owner, upload_id) for upload_id in dict.fromkeys(upload_ids)]
+    open_ = [u for u in uploads if u.state == DirectUpload.State.OPEN]
+    refused = None
+    # Every upload the store did complete is recorded, even when another
+    # of them is refused: its multipart upload is gone from the store now.
+    for upload, total in zip(open_, _in_parallel(_assemble, open_)):
+        if isinstance(total, ApplicationError):
+            refused = refused or total
+        else:
+            _mark_complete(upload, total)
+    if refused is not None:
+        raise refused
+    return uploads
+
+
+def _assemble(upload: DirectUpload) -> int | None | ApplicationError:
+    """Complete the upload's multipart upload in the store from the parts it
+    has: its total; None when the store no longer knows it (completed by a
+    concurrent request, or given up); the refusal when its parts are not
+    all there. Store calls only (it runs in a thread)."""
+    try:
+        parts = store.stored_parts(upload.key, upload.multipart_id)
+        total = _check_parts(upload, parts)
+        media.multipart_complete(upload.key, upload.multipart_id, parts)
+    except media.UploadGone:
+        return None
+    except ApplicationError as refusal:
+        return refusal
+    return total
+
+
+def _mark_complete(upload: DirectUpload, total: int | None) -> None:
+    now = timezone.now()
+    if total is not None and DirectUpload.objects.filter(pk=upload.pk, state=DirectUpload.State.OPEN).update(
+            state=DirectUpload.State.COMPLETE, size=total, completed_at=now):
+        upload.state, upload.size, upload.completed_at = DirectUpload.State.COMPLETE, total, now
+        return
+    upload.refresh_from_db()
+    if upload.state == DirectUpload.State.COMPLETE:  # a concurrent request completed it
+        return
+    if total is not None:  # assembled, then aborted or swept meanwhile: its bytes must not stay
+        media.delete(upload.key)
+    raise ApplicationError("upload_expired", f"{upload.filename}: this upload was given up.", status_code=410)
+
+
+def _check_parts(upload: DirectUpload, parts: list[media.Part]) -> int:
+    """The total of `parts` when they are exactly what the upload allows;
+    409 naming the missing or wrong ones otherwise."""
+    have = {p.number: p.size for p in parts}
+    if upload.size is not None:
+        expected = {n: part_size_of(upload, n) for n in range(1, part_count(upload) + 1)}
+    else:
+        expected = {int(n): size for n, size in upload.signed.items()}
+        if not expected or sorted(expected) != list(range(1, max(expected) + 1)):
+            raise ApplicationError("upload_incomplete", f"{upload.filename}: a deferred length's parts are 1 to N, "
+                                   "each asked for before it is sent.", status_code=409)
+    missing = sorted(n for n, size in expected.items() if have.get(n) != size)
+    extra = sorted(set(have) - set(expected))
+    if missing or extra:
+        raise ApplicationError("upload_incomplete", f"{upload.filename}: parts {missing or extra} are missing or "
+                               "not the size their URL allowed.", status_code=409,
+                               extra={"upload": str(upload.id), "missing": missing})
+    return sum(expected.values())
+
+
+def direct_upload_abort(*, owner: AbstractBaseUser, upload_id) -> None:
+    """Give an upload up: what it stored goes, the row goes. Marked expired
+    first (one conditional update), so that no concurrent complete or claim
+    takes it while its bytes are being dropped."""
+    upload = _owned(owner, upload_id)
+    DirectUpload.objects.filter(pk=upload.pk, state__in=LIVE).update(state=DirectUpload.State.EXPIRED)
+    _drop_stored(upload)
+    upload.delete()
+
+
+def _drop_stored(upload: DirectUpload) -> None:
+    if upload.state == DirectUpload.State.COMPLETE:
+        media.delete(upload.key)
+    elif upload.multipart_id:
+        media.multipart_abort(upload.key, upload.multipart_id)
+
+
+# --- claim ------------------------------------------------------------------------------------
+
+
+def uploads_create_from_direct(*, owner: AbstractBaseUser, upload_ids: list,
+                               scheduled_for: datetime | None = None) -> list[Upload]:
+    """The owner's uploads `upload_ids` (completed here if they are not yet)
+    become one batch: their keys are the new uploads' files, nothing is
+    copied, and their rows go in the same transaction as the batch's
+    creation. Another claim of any of them at the same time finds them
+    gone (409) and creates nothing."""
+    ids = list(dict.fromkeys(str(i) for i in upload_ids))
+    if not ids:
+        raise ApplicationError("no_files", "Name one or more completed uploads in 'direct'.")
+    if len(ids) > settings.FAIRLANE_MAX_PENDING_UPLOADS:
+        raise ApplicationError("too_many_files", f"A batch may name at most {settings.FAIRLANE_MAX_PENDING_UPLOADS} "
+                               "uploads.", status_code=413)
+    found = {str(u.id): u for u in DirectUpload.objects.filter(owner=owner, id__in=ids)}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise ApplicationError("unknown_uploads", f"These uploads are not yours or unknown: {', '.join(missing)}.",
+                               extra={"direct": missing})
+    uploads = direct_uploads_complete(owner=owner, upload_ids=ids)
+
+    def claim() -> None:
+        taken, _ = DirectUpload.objects.filter(owner=owner, id__in=ids, state=DirectUpload.State.COMPLETE).delete()
+        if taken != len(ids):
+            raise ApplicationError("already_claimed", "Some of these uploads were claimed (or given up) meanwhile; "
+                                   "nothing was created.", status_code=409)
+
+    files = [services.StoredFile(u.key, u.filename, u.size, u.content_type) for u in uploads]
+    return services.uploads_record(owner=owner, files=files, scheduled_for=scheduled_for, claim=claim)
+
+
+# --- the sweep ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Swept:
+    expired: int  # uploads given up (their bytes dropped)
+    forgotten: int  # tombstones deleted
+    orphans: int  # multipart uploads no row knew, aborted
+
+
+def direct_uploads_sweep(*, batch: int = 500) -> Swept:
+    """Give up expired uploads (their bytes first: marked expired, then
+    dropped outside any transaction), delete tombstones past
+    FAIRLANE_UPLOAD_TOMBSTONE_S, and abort multipart uploads under uploads/
+    that no row knows and that are older than an upload may live. Any host
+    may run it (beat runs it); in bounded batches."""
+    now = timezone.now()
+    expired = 0
+    while True:
+        due = list(DirectUpload.objects.filter(state__in=LIVE, expires_at__lte=now).order_by("expires_at")[:batch])
+        if not due:
+            break
+        DirectUpload.objects.filter(pk__in=[u.pk for u in due], state__in=LIVE).update(
+            state=DirectUpload.State.EXPIRED)
+        for upload in due:
+            try:
+                _drop_stored(upload)
+            except Exception:  # the orphan pass finds it again later
+                log.exception("could not drop the bytes of expired upload %s", upload.pk)
+        expired += len(due)
+    forgotten = 0
+    tombstone = now - timedelta(seconds=settings.FAIRLANE_UPLOAD_TOMBSTONE_S)
+    while ids := list(DirectUpload.objects.filter(state=DirectUpload.State.EXPIRED, expires_at__lt=tombstone)
+                      .values_list("pk", flat=True)[:batch]):
+        forgotten += DirectUpload.objects.filter(pk__in=ids).delete()[0]
+    started_before = now - timedelta(seconds=settings.FAIRLANE_UPLOAD_EXPIRE_S + 3600)
+    orphans = 0
+    stale = store.stale_uploads("uploads/", tag=STAGING_TAG, started_before=started_before)
+    for start in range(0, len(stale), batch):
+        chunk = stale[start:start + batch]
+        known = set(DirectUpload.objects.filter(multipart_id__in=[i for _, i in chunk], state__in=LIVE)
+                    .values_list("multipart_id", flat=True))
+        for key, multipart_id in chunk:
+            if multipart_id not in known:
+                media.multipart_abort(key, multipart_id)
+                orphans += 1
+    if expired or orphans:
+        log.info("direct uploads: %d expired, %d orphaned multipart uploads aborted", expired, orphans)
+    return Swept(expired, forgotten, orphans)
+
+
+__all__ = ["NewFile", "PartUrl", "Status", "Swept", "direct_upload_abort", "direct_upload_sign",
+           "direct_upload_status", "direct_uploads_complete", "direct_uploads_create", "direct_uploads_sweep",
+           "uploads_create_from_direct"]
