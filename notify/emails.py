@@ -21,7 +21,8 @@ def _subject(event: Event) -> str:
         batch = data["batch"]
         failed = batch["counts"].get("failed", 0)
         tail = f", {failed} failed" if failed else ""
-        return f"[Fairlane] {batch['total']} file(s) done{tail}"
+        named = f"{batch['name']}: " if batch.get("name") else ""
+        return f"[Fairlane] {named}{batch['total']} file(s) done{tail}"
     if event.type == "endpoint.disabled":
         return "[Fairlane] A webhook endpoint was disabled"
     job = data["job"]

@@ -68,7 +68,7 @@ from project.dbclock import db_now
 from project.lanes import Lane
 from uploads.errors import ApplicationError
 from uploads.lifecycle import JobFinished
-from uploads.models import Job
+from uploads.models import Batch, Job
 
 log = logging.getLogger(__name__)
 
@@ -335,8 +335,9 @@ def batch_summary_publish(*, batch, owner: AbstractBaseUser) -> Event | None:
         return None
     limit = settings.NOTIFY_BATCH_FAILURES_LISTED
     failed = list(jobs.filter(status=Job.Status.FAILED).select_related("upload").order_by("upload__created_at")[:limit])
+    name = Batch.objects.filter(id=batch).values_list("name", flat=True).first() or ""
     data = {"batch": {
-        "id": str(batch), "total": sum(counts.values()), "counts": counts,
+        "id": str(batch), "name": name, "total": sum(counts.values()), "counts": counts,
         "failures": [{"job_id": str(j.id), "filename": j.upload.filename, "error": j.error} for j in failed],
         "failures_not_listed": counts.get(Job.Status.FAILED, 0) - len(failed),
         "results_url": _results_url(reverse("batch-page", args=[batch])),

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 
 from django.conf import settings
+from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -108,6 +109,13 @@ def _uuid_param(request: Request, name: str) -> uuid.UUID | None:
         raise ApplicationError(f"invalid_{name}", f"{name} must be a UUID.") from None
 
 
+def _choice_param(request: Request, name: str, choices: type[models.TextChoices]) -> str | None:
+    value = request.query_params.get(name)
+    if value and value not in choices.values:
+        raise ApplicationError(f"invalid_{name}", f"{name} must be one of {', '.join(choices.values)}.")
+    return value or None
+
+
 BATCH_FILTER = OpenApiParameter("batch", OpenApiTypes.UUID, description="Only this batch's.")
 
 
@@ -139,6 +147,9 @@ class UploadSerializer(serializers.Serializer):
 class UploadParamsSerializer(serializers.Serializer):
     scheduled_for = serializers.DateTimeField(required=False, allow_null=True, default=None,
                                               help_text="Not before this time (with a time zone).")
+    batch_name = serializers.CharField(required=False, allow_blank=True, default="", max_length=Batch.NAME_MAX_LENGTH,
+                                       help_text="The batch's name; without one, its first file's name (and how "
+                                                 "many more), or its date.")
 
 
 class UploadCreateSerializer(UploadParamsSerializer):
@@ -205,13 +216,13 @@ class UploadListCreateApi(ListAPIView):
             params.is_valid(raise_exception=True)
             uploads = direct.uploads_create_from_direct(
                 owner=request.user, upload_ids=params.validated_data["direct"],
-                scheduled_for=params.validated_data["scheduled_for"])
+                scheduled_for=params.validated_data["scheduled_for"], batch_name=params.validated_data["batch_name"])
         else:
             params = UploadParamsSerializer(data=request.data)
             params.is_valid(raise_exception=True)
             uploads = services.uploads_create(
                 owner=request.user, files=request.FILES.getlist("file"),
-                scheduled_for=params.validated_data["scheduled_for"],
+                scheduled_for=params.validated_data["scheduled_for"], batch_name=params.validated_data["batch_name"],
             )
         batch = uploads[0].batch
         body = {
@@ -251,6 +262,15 @@ JOB_LIST_FINGERPRINT_FIELDS = ("id", "created_at", "status", "progress", "attemp
 MAX_SEARCH_LENGTH = 100
 
 
+class JobListSerializer(serializers.Serializer):
+    """For the schema: a cursor page of jobs, with the list's count."""
+
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    count = serializers.IntegerField(help_text="Jobs matching the filters, on every page.")
+    results = JobSerializer(many=True)
+
+
 class JobListApi(ListAPIView):
     """The user's jobs, newest first. Conditional: the upload page polls it
     with If-None-Match and gets 304 Not Modified while nothing changed."""
@@ -258,18 +278,17 @@ class JobListApi(ListAPIView):
     serializer_class = JobSerializer
 
     def get_queryset(self):
-        wanted = self.request.query_params.get("status")
-        if wanted and wanted not in Job.Status.values:
-            raise ApplicationError("invalid_status", f"status must be one of {', '.join(Job.Status.values)}.")
         search = self.request.query_params.get("search", "").strip()
         if len(search) > MAX_SEARCH_LENGTH:
             raise ApplicationError("invalid_search", f"search is at most {MAX_SEARCH_LENGTH} characters.")
-        return selectors.jobs_for_user(user=self.request.user, status=wanted,
+        return selectors.jobs_for_user(user=self.request.user, status=_choice_param(self.request, "status", Job.Status),
+                                       kind=_choice_param(self.request, "kind", Job.Kind),
                                        batch=_uuid_param(self.request, "batch"), search=search)
 
-    def _etag(self, queryset) -> str:
-        """The page's fingerprint: its rows' changing fields and its links,
-        read through the same paginator (so a bad cursor is the same 400)."""
+    def _etag(self, queryset, count: int) -> str:
+        """The page's fingerprint: its rows' changing fields, its links and
+        the list's count, read through the same paginator (so a bad cursor
+        is the same 400)."""
         light = queryset.select_related(None).prefetch_related(None).values_list(*JOB_LIST_FINGERPRINT_FIELDS,
                                                                                  named=True)
         rows = self.paginator.paginate_queryset(light, self.request, view=self)
@@ -277,33 +296,66 @@ class JobListApi(ListAPIView):
         # Output links are signed and expire: a new tag every half lifetime
         # hands the page fresh ones before the old ones die.
         epoch = int(time.time() // max(1, settings.FAIRLANE_URL_MAX_AGE_S // 2))
-        digest = hashlib.sha256(repr((links, epoch, [tuple(row) for row in rows])).encode()).hexdigest()[:32]
+        digest = hashlib.sha256(repr((links, epoch, count, [tuple(row) for row in rows])).encode()).hexdigest()[:32]
         return f'"{digest}"'
 
     @extend_schema(
         operation_id="jobs_list",
         parameters=[
             OpenApiParameter("status", OpenApiTypes.STR, enum=Job.Status.values, description="Only jobs in it."),
+            OpenApiParameter("kind", OpenApiTypes.STR, enum=Job.Kind.values, description="Only jobs of this kind "
+                             "(`export`: a batch's ZIP exports)."),
             BATCH_FILTER,
             OpenApiParameter("search", OpenApiTypes.STR, description="Only files whose name contains this "
                              f"(any case; at most {MAX_SEARCH_LENGTH} characters)."),
             OpenApiParameter("If-None-Match", OpenApiTypes.STR, OpenApiParameter.HEADER,
                              description="The ETag of an earlier answer: 304 while the page is unchanged."),
         ],
-        responses={200: JobSerializer(many=True), 304: OpenApiResponse(description="Not modified."),
-                   **errors(400)},
+        responses={200: JobListSerializer, 304: OpenApiResponse(description="Not modified."), **errors(400)},
     )
     def get(self, request: Request, *args, **kwargs) -> Response:
         queryset = self.get_queryset()
-        etag = self._etag(queryset)
+        # The pages show "2,000 files, page 3 of 40": one COUNT over the
+        # user's index, part of the ETag (files arriving change it).
+        count = queryset.count()
+        etag = self._etag(queryset, count)
         headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
         if etag in [tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")]:
             return Response(status=status.HTTP_304_NOT_MODIFIED, headers=headers)
         response = self.get_paginated_response(self.get_serializer(
             self.paginate_queryset(queryset), many=True).data)
+        response.data["count"] = count
         for name, value in headers.items():
             response[name] = value
         return response
+
+
+class MovingCountsSerializer(serializers.Serializer):
+    running = serializers.IntegerField()
+    queued = serializers.IntegerField()
+
+
+class JobsMovingSerializer(serializers.Serializer):
+    running = JobSerializer(many=True, help_text=f"Running now, first started first (at most "
+                                                 f"{selectors.MOVING_SHOWN}).")
+    finished = JobSerializer(many=True, help_text=f"Ended in the last {selectors.MOVING_RECENT_S // 60} minutes, "
+                                                  f"last ended first (at most {selectors.MOVING_SHOWN}).")
+    counts = MovingCountsSerializer(help_text="All running and queued jobs (of the batch).")
+
+
+class JobsMovingApi(APIView):
+    """What is moving among the user's jobs (or a batch's): the upload page
+    shows it above the newest-first list, whose first pages are all queued
+    while a flood is processed oldest first."""
+
+    @extend_schema(operation_id="jobs_moving", parameters=[BATCH_FILTER],
+                   responses={200: JobsMovingSerializer, **errors(400)})
+    def get(self, request: Request) -> Response:
+        moving = selectors.jobs_moving(user=request.user, batch=_uuid_param(request, "batch"))
+        context = {"request": request}
+        return Response({"running": JobSerializer(moving.running, many=True, context=context).data,
+                         "finished": JobSerializer(moving.finished, many=True, context=context).data,
+                         "counts": {"running": moving.running_count, "queued": moving.queued_count}})
 
 
 def _job_for(request: Request, job_id) -> Job:
@@ -389,6 +441,8 @@ class EstimateBasisSerializer(serializers.Serializer):
 
 class BatchSerializer(serializers.Serializer):
     id = serializers.UUIDField()
+    name = serializers.CharField(help_text="Given at upload or rename; else the first file's name (and how many "
+                                           "more), or the date.")
     created_at = serializers.DateTimeField()
     files = serializers.IntegerField()
     counts = serializers.DictField(child=serializers.IntegerField(), help_text="Jobs per status.")
@@ -422,7 +476,8 @@ def _batch_bodies(request: Request, batches: list[Batch]) -> list[dict]:
                                                  unfinished_jobs=unfinished_jobs, lane=lane, now=now)
         query = f"?batch={batch.id}"
         bodies.append({
-            "id": batch.id, "created_at": batch.created_at, "files": item.files, "counts": item.counts,
+            "id": batch.id, "name": batch.display_name, "created_at": batch.created_at, "files": item.files,
+            "counts": item.counts,
             "progress": item.progress, "finished": not item.unfinished,
             "estimated_finish_at": estimate.finish_at if estimate else None,
             "estimate": estimate.as_dict() if estimate else None,
@@ -448,6 +503,10 @@ class BatchListApi(ListAPIView):
         return self.get_paginated_response(BatchSerializer(_batch_bodies(request, page), many=True).data)
 
 
+class BatchRenameSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=Batch.NAME_MAX_LENGTH, help_text="What people call the batch.")
+
+
 def _batch_for(request: Request, batch_id) -> Batch:
     return selectors.batch_get_for_user(user=request.user, batch_id=batch_id)
 
@@ -456,6 +515,14 @@ class BatchDetailApi(APIView):
     @extend_schema(operation_id="batches_retrieve", responses={200: BatchSerializer})
     def get(self, request: Request, batch_id) -> Response:
         return _batch_answer(request, _batch_for(request, batch_id))
+
+    @extend_schema(operation_id="batches_partial_update", request=BatchRenameSerializer,
+                   responses={200: BatchSerializer, **errors(400)}, description="Rename the batch.")
+    def patch(self, request: Request, batch_id) -> Response:
+        params = BatchRenameSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        batch = services.batch_rename(batch=_batch_for(request, batch_id), name=params.validated_data["name"])
+        return _batch_answer(request, batch)
 
     @extend_schema(operation_id="batches_destroy", responses={204: None},
                    description="Delete every upload of the batch, as DELETE /api/uploads/<id>/ does, and "

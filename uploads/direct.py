@@ -381,7 +381,7 @@ def _drop_stored(upload: DirectUpload) -> None:
 
 
 def uploads_create_from_direct(*, owner: AbstractBaseUser, upload_ids: list,
-                               scheduled_for: datetime | None = None) -> list[Upload]:
+                               scheduled_for: datetime | None = None, batch_name: str = "") -> list[Upload]:
     """The owner's uploads `upload_ids` (completed here if they are not yet)
     become one batch: their keys are the new uploads' files, nothing is
     copied, and their rows go in the same transaction as the batch's
@@ -407,7 +407,8 @@ def uploads_create_from_direct(*, owner: AbstractBaseUser, upload_ids: list,
                                    "nothing was created.", status_code=409)
 
     files = [services.StoredFile(u.key, u.filename, u.size, u.content_type) for u in uploads]
-    return services.uploads_record(owner=owner, files=files, scheduled_for=scheduled_for, claim=claim)
+    return services.uploads_record(owner=owner, files=files, scheduled_for=scheduled_for, claim=claim,
+                                   batch_name=batch_name)
 
 
 # --- the sweep ---------------------------------------------------------------------------------

@@ -94,6 +94,16 @@ class Batch(models.Model):
     def __str__(self) -> str:
         return self.name or f"batch {self.id}"
 
+    @staticmethod
+    def dated_name(at) -> str:
+        """The name of a batch that has nothing better: its date."""
+        return f"Batch of {timezone.localtime(at):%d %b %Y, %H:%M}"
+
+    @property
+    def display_name(self) -> str:
+        """Its name; a row made without one (by hand, in a test) by its date."""
+        return self.name or self.dated_name(self.created_at)
+
 
 class Upload(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

@@ -10,19 +10,22 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from rest_framework.authtoken.models import Token
 
 from project.lanes import Lane
 from uploads.models import Batch, Job, Upload
 
 
 def jobs_for_user(*, user: AbstractBaseUser, status: str | None = None, batch: uuid.UUID | None = None,
-                  search: str = "") -> QuerySet[Job]:
+                  search: str = "", kind: str | None = None) -> QuerySet[Job]:
     """`search`: part of the file's name, any case (a scan of the user's
     rows: fine for thousands, an index on lower(filename) for millions).
     A chunked job's parts are the admin's business (uploads/parts.py)."""
     jobs = Job.objects.filter(owner=user, parent__isnull=True).select_related("upload").prefetch_related("outputs")
     if status:
         jobs = jobs.filter(status=status)
+    if kind:
+        jobs = jobs.filter(kind=kind)
     if search:
         jobs = jobs.filter(upload__filename__icontains=search)
     if batch:  # its uploads' jobs and its exports
@@ -34,6 +37,38 @@ def job_get_for_user(*, user: AbstractBaseUser, job_id: str) -> Job:
     return get_object_or_404(jobs_for_user(user=user), id=job_id)
 
 
+# What is moving: at most this many running and this many just-ended jobs,
+# ended at most this long ago.
+MOVING_SHOWN = 5
+MOVING_RECENT_S = 600
+
+
+@dataclass
+class Moving:
+    running: list[Job]
+    finished: list[Job]
+    running_count: int
+    queued_count: int
+
+
+def jobs_moving(*, user: AbstractBaseUser, batch: uuid.UUID | None = None) -> Moving:
+    """The user's (or a batch's) running jobs, first started first, and the
+    ones that ended last, with how many run and wait. A user's files run
+    oldest first, so during a flood a newest-first list shows only queued
+    files on its first pages; this is what moves. Four small queries: the
+    running and queued counts through the status index, the running rows,
+    and the recently ended through (owner, finished_at)."""
+    jobs = jobs_for_user(user=user, batch=batch)
+    counts = dict(jobs.filter(status__in=[Job.Status.RUNNING, Job.Status.QUEUED]).order_by()
+                  .values_list("status").annotate(n=Count("id")))
+    since = timezone.now() - timedelta(seconds=MOVING_RECENT_S)
+    return Moving(
+        running=list(jobs.filter(status=Job.Status.RUNNING).order_by("started_at")[:MOVING_SHOWN]),
+        finished=list(jobs.filter(status__in=Job.TERMINAL, finished_at__gte=since)
+                      .order_by("-finished_at")[:MOVING_SHOWN]),
+        running_count=counts.get(Job.Status.RUNNING, 0), queued_count=counts.get(Job.Status.QUEUED, 0))
+
+
 def uploads_for_user(*, user: AbstractBaseUser, batch: uuid.UUID | None = None) -> QuerySet[Upload]:
     uploads = Upload.objects.filter(owner=user).prefetch_related("jobs")
     if batch:
@@ -43,6 +78,11 @@ def uploads_for_user(*, user: AbstractBaseUser, batch: uuid.UUID | None = None) 
 
 def upload_get_for_user(*, user: AbstractBaseUser, upload_id) -> Upload:
     return get_object_or_404(uploads_for_user(user=user), id=upload_id)
+
+
+def api_token_for_user(*, user: AbstractBaseUser) -> Token | None:
+    """The user's API token (DRF authtoken: at most one), if any."""
+    return Token.objects.filter(user=user).first()
 
 
 def batches_for_user(*, user: AbstractBaseUser) -> QuerySet[Batch]:

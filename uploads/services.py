@@ -64,7 +64,8 @@ class StoredFile:
 
 
 def uploads_create(
-    *, owner: AbstractBaseUser, files: list[UploadedFile], scheduled_for: datetime | None = None
+    *, owner: AbstractBaseUser, files: list[UploadedFile], scheduled_for: datetime | None = None,
+    batch_name: str = "",
 ) -> list[Upload]:
     """Store every file of a request, then create its batch and jobs
     (uploads_record). The files are stored first, outside any transaction:
@@ -89,7 +90,7 @@ def uploads_create(
             written.append(media.upload_key(owner_id=owner.pk))
             stored.append(StoredFile(media.save_upload(written[-1], f), (f.name or "upload")[:255], f.size,
                                      (f.content_type or "")[:255]))
-        return uploads_record(owner=owner, files=stored, scheduled_for=scheduled_for)
+        return uploads_record(owner=owner, files=stored, scheduled_for=scheduled_for, batch_name=batch_name)
     except BaseException:
         for key in written:
             media.delete(key)
@@ -458,7 +459,7 @@ def batch_default_name(*, filenames: list[str], at: datetime) -> str:
     11 more" for several), or its date when it has no named file."""
     names = [name for name in filenames if name.strip()]
     if not names:
-        return f"Batch of {timezone.localtime(at):%d %b %Y, %H:%M}"
+        return Batch.dated_name(at)
     more = f" and {len(filenames) - 1} more" if len(filenames) > 1 else ""
     return names[0][:Batch.NAME_MAX_LENGTH - len(more)] + more
 

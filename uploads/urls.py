@@ -14,6 +14,7 @@ urlpatterns = [
          name="api-direct-parts"),
     path("api/uploads/<uuid:upload_id>/", api.UploadDetailApi.as_view(), name="api-upload-detail"),
     path("api/jobs/", api.JobListApi.as_view(), name="api-job-list"),
+    path("api/jobs/moving/", api.JobsMovingApi.as_view(), name="api-job-moving"),
     path("api/jobs/<uuid:job_id>/", api.JobDetailApi.as_view(), name="api-job-detail"),
     path("api/jobs/<uuid:job_id>/cancel/", api.JobCancelApi.as_view(), name="api-job-cancel"),
     path("api/jobs/<uuid:job_id>/retry/", api.JobRetryApi.as_view(), name="api-job-retry"),

@@ -107,6 +107,25 @@ def test_the_summary_email_has_text_and_html_with_the_failures_and_a_link_to_the
     assert len(mail.outbox) == 1
 
 
+def test_the_summary_names_the_batch_in_its_subject_text_html_and_webhook(alice, make_batch, make_endpoint,
+                                                                           settings):
+    from uploads.models import Batch
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    make_endpoint(alice, "http://127.0.0.1:9/h", events=["batch.completed"])
+    [job] = make_batch(alice, ["running"])
+    Batch.objects.create(id=job.upload.batch, owner=alice, name="Holiday <clips>")
+    end(job, "succeeded")
+    summary = Event.objects.get(type="batch.completed")
+    assert summary.payload["data"]["batch"]["name"] == "Holiday <clips>"  # the webhook's payload
+    delivery = Delivery.objects.get(channel="email")
+    assert services.delivery_attempt(delivery_id=str(delivery.id), seq=0) == "succeeded"
+    [message] = mail.outbox
+    assert message.subject == "[Fairlane] Holiday <clips>: 1 file(s) done"
+    assert 'All 1 file(s) of your batch "Holiday <clips>" are done: 1 succeeded.' in message.body
+    assert "<strong>Holiday &lt;clips&gt;</strong>" in message.alternatives[0][0]
+
+
 def test_a_failing_mail_server_is_retried(alice, make_batch, settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", 9, 2  # nothing listens

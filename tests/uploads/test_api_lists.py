@@ -174,3 +174,55 @@ def test_jobs_are_searched_by_part_of_the_file_name_in_any_case(make_user, api_c
     assert client.get("/api/jobs/?search=beach&status=failed").json()["results"] == []
     too_long = client.get("/api/jobs/?search=" + "x" * 101)
     assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "invalid_search"
+
+
+def test_the_job_list_counts_what_matches_and_a_new_file_changes_the_tag_of_an_older_page(make_user, api_client_for):
+    alice = make_user("alice")
+    make_jobs(alice, 3)
+    make_batch(alice, ["failed"])
+    client = api_client_for(alice)
+    first = client.get("/api/jobs/?page_size=2")
+    assert first.json()["count"] == 4 and len(first.json()["results"]) == 2
+    second = client.get(first.json()["next"])
+    assert second.json()["count"] == 4
+    assert client.get("/api/jobs/?status=failed").json()["count"] == 1
+    # The older page's rows are the same, its count is not: not a 304.
+    make_jobs(alice, 1)
+    again = client.get(first.json()["next"], HTTP_IF_NONE_MATCH=second["ETag"])
+    assert again.status_code == 200 and again.json()["count"] == 5
+
+
+def test_jobs_filter_by_kind(make_user, api_client_for):
+    alice = make_user("alice")
+    batch = make_batch(alice, ["succeeded"])
+    export = Job.objects.create(owner=alice, batch=batch.id, kind=Job.Kind.EXPORT, lane="cpu-transcode")
+    client = api_client_for(alice)
+    listed = client.get(f"/api/jobs/?batch={batch.id}&kind=export").json()
+    assert [j["id"] for j in listed["results"]] == [str(export.id)] and listed["count"] == 1
+    bad = client.get("/api/jobs/?kind=hologram")
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_kind"
+
+
+def test_what_is_moving_is_the_running_and_the_just_ended_of_the_user_or_batch(make_user, api_client_for):
+    alice, bob = make_user("alice"), make_user("bob")
+    flood = make_batch(alice, ["queued"] * 6 + ["running"] * 2 + ["succeeded"] * 3)
+    other = make_batch(alice, ["running"])
+    make_batch(bob, ["running"])
+    now = timezone.now()
+    for i, job in enumerate(Job.objects.filter(upload__batch=flood.id, status="running").order_by("created_at")):
+        Job.objects.filter(id=job.id).update(started_at=now - timedelta(seconds=10 - i))
+    ended = list(Job.objects.filter(upload__batch=flood.id, status="succeeded").order_by("created_at"))
+    for i, job in enumerate(ended):
+        Job.objects.filter(id=job.id).update(finished_at=now - timedelta(seconds=5 - i))
+    Job.objects.filter(id=ended[0].id).update(finished_at=now - timedelta(hours=1))  # long ago: not moving
+    client = api_client_for(alice)
+    moving = client.get(f"/api/jobs/moving/?batch={flood.id}").json()
+    assert moving["counts"] == {"running": 2, "queued": 6}
+    assert [j["upload"]["filename"] for j in moving["running"]] == ["f6.mp4", "f7.mp4"]  # first started first
+    assert [j["upload"]["filename"] for j in moving["finished"]] == ["f10.mp4", "f9.mp4"]  # last ended first
+    everything = client.get("/api/jobs/moving/").json()
+    assert everything["counts"] == {"running": 3, "queued": 6}
+    assert {j["batch"] for j in everything["running"]} == {str(flood.id), str(other.id)}
+    assert client.get("/api/jobs/moving/?batch=nope").status_code == 400
+    assert api_client_for(bob).get(f"/api/jobs/moving/?batch={flood.id}").json()["counts"] == {"running": 0,
+                                                                                             "queued": 0}
