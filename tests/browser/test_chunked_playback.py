@@ -46,4 +46,9 @@ def test_a_chunked_video_plays_through_and_seeks_across_its_joins(
         assert player.evaluate("v => v.error") is None
     player.evaluate("v => { v.pause(); v.currentTime = 8.0; }")  # a frame just after a join, for the screenshot
     page.wait_for_function("() => document.getElementById('player').readyState >= 2")
+    # Scrub previews made by the finalizer from the whole rendition: one a second, across the joins.
+    page.wait_for_function(f"() => document.getElementById('player-box').dataset.previews === '{SECONDS}'")
+    seek = page.locator("#player-box .seek").bounding_box()
+    page.mouse.move(seek["x"] + seek["width"] * 12.5 / SECONDS, seek["y"] + seek["height"] / 2)  # past the last join
+    expect(page.locator("#player-box .preview")).to_have_attribute("data-cue", "320,90")  # the 13th frame: row 2
     screenshot(page, "chunked-job-page")

@@ -5,6 +5,8 @@ through a presigned URL); and the page of every other kind of job shows its
 media."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.conf import settings
 from playwright.sync_api import expect
@@ -30,14 +32,19 @@ def test_the_hls_ladder_plays_from_start_to_end(
     page.goto(f"/jobs/{job['id']}/")
     expect(page.locator("h2")).to_have_text("clip.mp4")
     expect(page.locator("#source")).to_have_text("Playing the HLS ladder.")
-    expect(page.locator("main ul li a")).to_have_text(["stream (HLS)", "video (MP4)", "poster"])
+    expect(page.locator("#outputs a[data-output]")).to_have_text(
+        ["stream (HLS)", "video (MP4)", "poster", "scrub previews (sprite)", "scrub previews (WebVTT)"])
     player = page.locator("#player")
     page.wait_for_function("() => document.getElementById('player').readyState >= 1")
     assert "/o/" in playlists[0] and playlists[0].split("?")[0].endswith("/master.m3u8"), playlists
-    player.evaluate("v => v.play()")
+    # Pressing play (a person's click) plays with sound: the player is not muted.
+    assert player.evaluate("v => [v.muted, v.autoplay, v.volume]") == [False, False, 1]
+    page.click("#player-box .play")
     page.wait_for_function("() => document.getElementById('player').ended", timeout=30_000)
-    state = player.evaluate("v => ({w: v.videoWidth, t: v.currentTime, d: v.duration, err: v.error})")
+    state = player.evaluate("v => ({w: v.videoWidth, t: v.currentTime, d: v.duration, err: v.error, muted: v.muted,"
+                            " audio: v.webkitAudioDecodedByteCount})")
     assert state["err"] is None and state["w"] in (426, 640) and state["t"] == pytest.approx(5, abs=0.25)
+    assert not state["muted"] and state["audio"] > 0, state
     assert len({s.split("?")[0].rsplit("/", 1)[1] for s in segments}) >= 2  # both 4 s segments, in some rendition
     # It started mid-ladder (360p of 240p/360p), not at the lowest rendition.
     assert "/360p/seg_000.ts" in segments[0].split("?")[0], segments
@@ -45,8 +52,40 @@ def test_the_hls_ladder_plays_from_start_to_end(
     if settings.FAIRLANE_STORAGE == "s3":  # every segment came from the store, presigned for its public name
         public = settings.STORAGES["public"]["OPTIONS"]["endpoint_url"]
         assert all(s.split(" ", 1)[1].startswith(public) and "X-Amz-Signature=" in s for s in segments)
+
+    # The quality menu: automatic by default, naming what it plays; a choice holds.
+    quality = page.locator("#player-box .quality")
+    expect(quality.locator("option")).to_have_text([re.compile(r"^Auto \((240|360)p\)$"), "360p", "240p"])
+    expect(quality).to_have_value("-1")
+    quality.select_option(label="240p")
+    player.evaluate("v => { v.currentTime = 0; v.play(); }")
+    page.wait_for_function("() => document.getElementById('player').videoHeight === 240", timeout=15_000)
+    player.evaluate("v => v.pause()")
+    assert page.evaluate("document.getElementById('player-box').hls.autoLevelEnabled") is False
+    quality.select_option("-1")
+    assert page.evaluate("document.getElementById('player-box').hls.autoLevelEnabled") is True
+
+    # Scrub previews: over the progress bar, the storyboard's frame of the time under the pointer.
+    page.wait_for_function("() => document.getElementById('player-box').dataset.previews === '5'")
     player.evaluate("v => { v.currentTime = 2.5; }")  # a frame to look at in the screenshot
     page.wait_for_function("() => document.getElementById('player').readyState >= 2")
+    seek = page.locator("#player-box .seek").bounding_box()
+    page.mouse.move(seek["x"] + seek["width"] * 0.7, seek["y"] + seek["height"] / 2)  # 3.5 s: the 4th frame
+    preview = page.locator("#player-box .preview")
+    expect(preview).to_be_visible()
+    expect(preview).to_have_attribute("data-cue", "480,0")
+    expect(preview.locator(".at")).to_have_text("0:03")
+    page.wait_for_function("""() => new Promise(resolve => {  // the sprite itself loaded (a picture, not a blank)
+        const img = new Image(); img.onload = () => resolve(img.naturalWidth === 800); img.onerror = () => resolve(false);
+        img.src = document.getElementById('player-box').dataset.storyboardSprite; })""")
+    # The facts panel: from the probe and the outputs.
+    facts = dict(zip(page.locator("#facts table.facts th").all_inner_texts(),
+                     page.locator("#facts table.facts td").all_inner_texts()))
+    assert facts["Duration"] == "5.0 s" and facts["Resolution"] == "640×360" and facts["Frame rate"] == "25 fps"
+    assert facts["Codecs"].startswith("h264 video, aac audio") and facts["Container"] == "mov"
+    expect(page.locator("#renditions tbody tr td:first-child")).to_have_text(["360p", "240p"])
+    expect(page.locator("#renditions tbody tr").first).to_contain_text("640×360")
+    expect(page.locator("#renditions tbody tr").first).to_contain_text("kbit/s")
     screenshot(page, "job-page")
     assert_fits_window(page, 640 / 360)
 
@@ -141,7 +180,8 @@ def test_the_job_page_of_every_kind_shows_its_media(
         resp = page.goto(f"/jobs/{job['id']}/")
         assert resp.status == 200, kind
         expect(page.locator("h2")).to_have_text(files[kind].name)
-        expect(page.locator("main ul li a")).to_have_text([output["label"] for output in job["outputs"]])
+        expect(page.locator("#outputs a[data-output]")).to_have_text([output["label"] for output in job["outputs"]])
+        expect(page.locator("#facts")).to_contain_text("File size")
         page.wait_for_function(SHOWN[kind])
         if kind in ("video", "portrait"):
             page.locator("#player").evaluate("v => { v.currentTime = 1; }")  # a frame with something in it
@@ -152,7 +192,21 @@ def test_the_job_page_of_every_kind_shows_its_media(
         broken = page.evaluate("() => [...document.images].filter(i => !i.naturalWidth).map(i => i.src)")
         assert broken == [], (kind, broken)
         screenshot(page, f"job-kind-{kind}")
+
+    # The failed file's page: its reason, no empty outputs, and what can be done: retry, delete.
     expect(page.locator(".error")).to_contain_text("decode_failed")
+    expect(page.locator("#outputs")).to_have_count(0)
+    expect(page.locator("#job-actions button")).to_have_text(["Retry", "Delete"])
+    failed = jobs["failed"]
+    with page.expect_navigation():  # retried, the page reloads (the job queued again; it fails again)
+        page.click("#job-actions .act-retry")
+    assert wait_terminal(client, f"/api/jobs/{failed['id']}/")["attempts"] == 2
+    page.reload()
+    expect(page.locator("#job-actions button")).to_have_text(["Retry", "Delete"])
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#job-actions .act-delete")
+    expect(page).to_have_url("/")
+    assert client.get(f"/api/jobs/{failed['id']}/").status_code == 404
 
 
 def transcoded(client, wait_terminal, video) -> dict:
