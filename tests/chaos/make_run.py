@@ -92,8 +92,13 @@ class MakeRun:
         gives a command); returns when /healthz answers 200 (monotonic)."""
         self.starts += 1
         log = open(self.var / f"make-run-{self.starts}.log", "wb")
+        # A shell's foreground command gets Ctrl-C: SIGINT at its default,
+        # whatever this process inherited (a run started in the background,
+        # as CI may start it, ignores SIGINT, and a shell cannot trap a
+        # signal ignored when it started).
         self.proc = subprocess.Popen([str(ROOT / "bin" / "run")], cwd=ROOT, env=self.env(), stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         return wait_for(self._healthy, timeout, lambda: "/healthz to answer 200: " + self.log_tail(), every=0.25)
 
     def _healthy(self) -> float | None:
