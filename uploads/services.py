@@ -460,7 +460,7 @@ def batch_default_name(*, filenames: list[str], at: datetime) -> str:
     names = [name for name in filenames if name.strip()]
     if not names:
         return Batch.dated_name(at)
-    more = f" and {len(filenames) - 1} more" if len(filenames) > 1 else ""
+    more = f" and {len(filenames) - 1:,} more" if len(filenames) > 1 else ""
     return names[0][:Batch.NAME_MAX_LENGTH - len(more)] + more
 
 

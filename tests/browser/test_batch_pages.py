@@ -20,7 +20,7 @@ FAILED, QUEUED = 20, 480  # the rest succeeded
 
 
 def seed_batch(owner) -> Batch:
-    batch = Batch.objects.create(owner=owner, name="file-00000.mp4 and 1999 more")
+    batch = Batch.objects.create(owner=owner, name="file-00000.mp4 and 1,999 more")
     uploads = Upload.objects.bulk_create(
         Upload(owner=owner, batch=batch.id, filename=f"file-{i:05d}.mp4", file=f"uploads/seed/{i}", size=1_000_000)
         for i in range(FILES))
@@ -43,7 +43,7 @@ def test_a_2000_file_batch_pages_filters_searches_and_acts(
     site_login(page, erin)
 
     row = page.locator(f"#batch-{batch.id}")
-    expect(row.locator("td.sent a")).to_have_text("file-00000.mp4 and 1999 more")  # named, and when it was sent
+    expect(row.locator("td.sent a")).to_have_text("file-00000.mp4 and 1,999 more")  # named, and when it was sent
     expect(row).to_contain_text("2,000")
     expect(row).to_contain_text(f"1,500 succeeded · {FAILED} failed · {QUEUED} queued")
     expect(row.locator("td.finish")).to_contain_text("estimate")

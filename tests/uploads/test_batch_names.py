@@ -32,6 +32,7 @@ def upload(client, *names: str, **fields) -> dict:
     (["clip.mp4"], "clip.mp4"),
     (["clip.mp4", "b.jpg", "c.pdf"], "clip.mp4 and 2 more"),
     (["x" * 255, "b.jpg"], "x" * 189 + " and 1 more"),  # within the 200 characters of a name
+    ([f"f{i}.mp4" for i in range(2000)], "f0.mp4 and 1,999 more"),
     ([], "Batch of 26 Nov 2026, 14:05"),
     (["   "], "Batch of 26 Nov 2026, 14:05"),
 ])
