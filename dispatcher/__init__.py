@@ -116,13 +116,13 @@ from dispatcher.health import LaneHealth, lane_health
 from dispatcher.hosts import host_processes, register_host, unregister_worker_of_host
 from dispatcher.scheduler import NO_RATE_LIMIT, FairScheduler, Released
 from dispatcher.service import (
-    HANDED_BACK, KeyPolicy, after_commit, cancel, enqueue, finish, hand_back, is_draining, is_fair, job_id_of,
-    release_all, scheduler, set_draining,
+    HANDED_BACK, KeyPolicy, Submission, after_commit, cancel, enqueue, enqueue_many, finish, hand_back, is_draining,
+    is_fair, job_id_of, release_all, scheduler, set_draining,
 )
 
 __all__ = (
-    "HANDED_BACK", "NO_RATE_LIMIT", "FairScheduler", "KeyPolicy", "LaneHealth", "Released", "after_commit", "cancel",
-    "enqueue", "finish", "hand_back", "host_processes", "is_draining", "is_fair", "job_id_of", "lane_health",
-    "register_host",
-    "release_all", "scheduler", "set_draining", "unregister_worker_of_host",
+    "HANDED_BACK", "NO_RATE_LIMIT", "FairScheduler", "KeyPolicy", "LaneHealth", "Released", "Submission",
+    "after_commit", "cancel", "enqueue", "enqueue_many", "finish", "hand_back", "host_processes", "is_draining",
+    "is_fair", "job_id_of", "lane_health", "register_host", "release_all", "scheduler", "set_draining",
+    "unregister_worker_of_host",
 )

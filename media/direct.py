@@ -2,10 +2,12 @@
 exactly that part, so the bytes never pass through a web host that keeps
 them.
 
-Every upload is a multipart upload (media/multipart.py), even a file of one
-part: once it is completed, or aborted, its upload id is gone and a part URL
-signed earlier writes nothing any more, so a finished upload takes no more
-bytes on either backend.
+An upload is a multipart upload (media/multipart.py): once it is completed,
+or aborted, its upload id is gone and a part URL signed earlier writes
+nothing any more, so a finished upload takes no more bytes. With object
+storage a file of one part is one PutObject instead (no call to the store to
+begin or to complete it: most uploads are small), signed with
+`If-None-Match: *`, so the object is written once and never overwritten.
 
 - S3: the store's own presigned UploadPart URLs, made on the public
   endpoint (the name browsers reach) and signed with the part's
@@ -33,8 +35,9 @@ from datetime import datetime
 from django.core import signing
 from django.urls import reverse
 
-from media.multipart import Part, UploadGone, _s3_gone, _staging, staging_root
-from media.store import _bucket, _client, storages, store_call, uses_object_storage
+from media.multipart import (Part, UploadGone, _s3_gone, _staging, multipart_abort, multipart_begin,
+                             multipart_complete, staging_root)
+from media.store import _bucket, _client, delete, list_prefix, store_call, uses_object_storage
 
 # The incoming token's signing salt: a token made for anything else never validates here.
 _SALT = "fairlane.media.incoming"
@@ -54,18 +57,36 @@ class Incoming:
     expires: int
 
 
-def part_url(key: str, upload_id: str, number: int, size: int, *, expires_at: datetime) -> str:
+def begin(key: str, *, single: bool, tag: str) -> str:
+    """Start an upload of `key`: its multipart upload id, or "" for a file
+    of one part sent with one PUT (object storage only). `tag`: see
+    multipart_begin."""
+    if single and uses_object_storage():
+        return ""
+    return multipart_begin(key, tag=tag)
+
+
+# The header a single PUT carries (and is signed with): the object is created once, never overwritten.
+ONCE = {"If-None-Match": "*"}
+
+
+def part_url(key: str, upload_id: str, number: int, size: int, *, expires_at: datetime) -> tuple[str, dict]:
     """A URL that takes exactly `size` bytes (PUT) as part `number`, until
-    `expires_at`. Relative (the web's own path) with FileSystemStorage."""
+    `expires_at`, and the headers the PUT must carry. Relative (the web's
+    own path) with FileSystemStorage."""
     expires_s = max(1, min(MAX_URL_S, int(expires_at.timestamp() - time.time())))
     if uses_object_storage():
-        client = storages["public"].connection.meta.client
+        client = _client("public")
+        if not upload_id:
+            return client.generate_presigned_url(
+                "put_object", ExpiresIn=expires_s,
+                Params={"Bucket": _bucket(), "Key": key, "ContentLength": size, "IfNoneMatch": "*"}), ONCE
         return client.generate_presigned_url(
             "upload_part", ExpiresIn=expires_s,
             Params={"Bucket": _bucket(), "Key": key, "UploadId": upload_id, "PartNumber": number,
-                    "ContentLength": size})
+                    "ContentLength": size}), {}
     token = signing.dumps([key, upload_id, number, size, int(time.time()) + expires_s], salt=_SALT, compress=True)
-    return reverse("media-incoming", args=[token])
+    return reverse("media-incoming", args=[token]), {}
 
 
 def incoming(token: str) -> Incoming | None:
@@ -120,6 +141,9 @@ def receive(allowed: Incoming, stream, length: int) -> Part:
 def stored_parts(key: str, upload_id: str) -> list[Part]:
     """The parts the store has for the upload, by number. Raises
     UploadGone when the upload no longer exists (completed or aborted)."""
+    if not upload_id:  # a single PUT: the object itself, once it is there
+        size = list_prefix(key).get(key)
+        return [] if size is None else [Part(1, "", size)]
     if uses_object_storage():
         parts, marker = [], 0
         while True:
@@ -141,6 +165,27 @@ def stored_parts(key: str, upload_id: str) -> list[Part]:
         if path.name.isdigit():
             found.append(Part(int(path.name), "", path.stat().st_size))
     return sorted(found, key=lambda p: p.number)
+
+
+def stored_sizes(prefix: str) -> dict[str, int]:
+    """Every object under `prefix` and its size, in one call per 1,000:
+    uploads created together share a prefix (media.upload_key's group), so
+    their single PUTs are checked all at once."""
+    return list_prefix(prefix)
+
+
+def complete(key: str, upload_id: str, parts: list[Part]) -> None:
+    """Assemble a multipart upload in the store; a single PUT is in place already."""
+    if upload_id:
+        multipart_complete(key, upload_id, parts)
+
+
+def abort(key: str, upload_id: str) -> None:
+    """Drop an upload's bytes: its parts, or the object of a single PUT."""
+    if upload_id:
+        multipart_abort(key, upload_id)
+    else:
+        delete(key)
 
 
 @store_call
@@ -170,13 +215,16 @@ def stale_uploads(prefix: str, *, tag: str, started_before: datetime) -> list[tu
 
 @store_call
 def configure_cors(origins: list[str]) -> bool:
-    """Let pages served from `origins` PUT parts into the bucket (S3): the
-    rule browsers ask for before a cross-origin upload. Nothing to do on
-    disk (same origin). Returns whether a rule was written."""
+    """Let pages served from `origins` PUT parts into the bucket (S3), and
+    GET and HEAD what they play (the player fetches HLS segments across
+    origins): the rule browsers ask for before a cross-origin request. It
+    replaces the bucket's rules (a store with none, like SeaweedFS, allows
+    every origin until one is written). Nothing to do on disk (same
+    origin). Returns whether a rule was written."""
     if not uses_object_storage() or not origins:
         return False
     _client().put_bucket_cors(Bucket=_bucket(), CORSConfiguration={"CORSRules": [{
-        "AllowedOrigins": sorted(origins), "AllowedMethods": ["PUT"], "AllowedHeaders": ["*"],
+        "AllowedOrigins": sorted(origins), "AllowedMethods": ["GET", "HEAD", "PUT"], "AllowedHeaders": ["*"],
         "ExposeHeaders": ["ETag"], "MaxAgeSeconds": 3600,
     }]})
     return True
@@ -195,5 +243,5 @@ def cors_origins() -> list[str]:
     return sorted({origin for rule in rules for origin in rule.get("AllowedOrigins", [])})
 
 
-__all__ = ["Incoming", "UploadGone", "configure_cors", "cors_origins", "incoming", "part_url", "receive",
-           "stale_uploads", "stored_parts"]
+__all__ = ["ONCE", "Incoming", "UploadGone", "abort", "begin", "complete", "configure_cors", "cors_origins",
+           "incoming", "part_url", "receive", "stale_uploads", "stored_parts", "stored_sizes"]

@@ -8,8 +8,10 @@ from __future__ import annotations
 import uuid
 
 
-def upload_key(*, owner_id: int) -> str:
-    return f"uploads/{owner_id}/{uuid.uuid4().hex}"
+def upload_key(*, owner_id: int, group: str = "") -> str:
+    """`group`: uploads created together share a prefix, so that the store
+    lists all of them in one call (uploads/direct.py completes them so)."""
+    return f"uploads/{owner_id}/{group}/{uuid.uuid4().hex}" if group else f"uploads/{owner_id}/{uuid.uuid4().hex}"
 
 
 def job_prefix(*, job_id: str) -> str:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -84,6 +85,7 @@ class PartUrl:
     number: int
     size: int
     url: str
+    headers: dict  # what the PUT must carry (a single PUT's If-None-Match)
 
 
 def part_count(upload: DirectUpload) -> int | None:
@@ -112,27 +114,32 @@ def _in_parallel(fn: Callable[[T], R], items: list[T]) -> list[R]:
 
 def direct_uploads_create(*, owner: AbstractBaseUser, files: list[NewFile]) -> list[tuple[DirectUpload, list[PartUrl]]]:
     """Start one upload per file: its row (within its owner's bounds), its
-    multipart upload in the store, and URLs for its first parts."""
+    multipart upload in the store unless it is one PUT (a declared size of
+    one part), and URLs for its first parts. The files of one request share
+    a key prefix, so that completing them is one listing of the store."""
     _check_new(files)
     now = timezone.now()
     part = _part_bytes()
+    group = uuid.uuid4().hex
     rows = [DirectUpload(owner=owner, filename=(f.filename or "upload")[:255], content_type=(f.content_type or "")[:255],
-                         size=f.size, part_size=part, key=media.upload_key(owner_id=owner.pk),
+                         size=f.size, part_size=part, key=media.upload_key(owner_id=owner.pk, group=group),
                          expires_at=now + timedelta(seconds=settings.FAIRLANE_UPLOAD_EXPIRE_S)) for f in files]
     with transaction.atomic():
         _lock_owner(owner)
         _check_room(owner, uploads=len(rows), bytes_=sum(f.size or 0 for f in files))
         DirectUpload.objects.bulk_create(rows)
     try:
-        ids = _in_parallel(lambda row: media.multipart_begin(row.key, tag=STAGING_TAG), rows)
+        ids = _in_parallel(lambda row: store.begin(row.key, single=part_count(row) == 1, tag=STAGING_TAG), rows)
     except Exception:
         # Nothing of them may stay: the rows (and whatever multipart uploads
         # did begin: the sweep finds those by their age, as orphans).
         DirectUpload.objects.filter(pk__in=[row.pk for row in rows]).delete()
         raise
+    begun = [row for row, multipart_id in zip(rows, ids) if multipart_id]
     for row, multipart_id in zip(rows, ids):
         row.multipart_id = multipart_id
-    DirectUpload.objects.bulk_update(rows, ["multipart_id"])
+    if begun:
+        DirectUpload.objects.bulk_update(begun, ["multipart_id"])
     return [(row, _sign(row, [(n, None) for n in range(1, min(FIRST_URLS, part_count(row) or 0) + 1)]))
             for row in rows]
 
@@ -220,6 +227,11 @@ def direct_upload_sign(*, owner: AbstractBaseUser, upload_id, parts: list[tuple[
             if size is None or not 0 < size <= upload.part_size:
                 raise ApplicationError("invalid_part_size", f"Part {number}: a deferred length's part is sent with "
                                        f"its size, 1 to {upload.part_size} bytes.")
+            # Once signed, a part's size is what its URLs may write: another
+            # size would leave an earlier URL able to write more than counted.
+            if signed.get(number, size) != size:
+                raise ApplicationError("invalid_part_size", f"Part {number} was signed for {signed[number]} bytes; "
+                                       "ask for it with that size again.")
             signed[number] = size
         _check_deferred(upload, signed)
         total = sum(signed.values())
@@ -257,8 +269,8 @@ def _sign(upload: DirectUpload, parts: list[tuple[int, int | None]]) -> list[Par
                 raise ApplicationError("invalid_part_size", f"Part {number} of this upload is {fixed} bytes: its "
                                        "declared size fixes every part's.")
             size = fixed
-        urls.append(PartUrl(number, size, store.part_url(upload.key, upload.multipart_id, number, size,
-                                                          expires_at=_url_expiry(upload))))
+        url, headers = store.part_url(upload.key, upload.multipart_id, number, size, expires_at=_url_expiry(upload))
+        urls.append(PartUrl(number, size, url, headers))
     return urls
 
 
@@ -295,12 +307,13 @@ def direct_uploads_complete(*, owner: AbstractBaseUser, upload_ids: list) -> lis
     naming what is missing. The store's calls run in threads; the rows are
     written here, in this thread (whose connection may be a test's
     transaction)."""
-    uploads = [_owned(owner, upload_id) for upload_id in dict.fromkeys(upload_ids)]
+    uploads = _owned_many(owner, upload_ids)
     open_ = [u for u in uploads if u.state == DirectUpload.State.OPEN]
-    refused = None
+    refused = _complete_single_puts([u for u in open_ if not u.multipart_id])
     # Every upload the store did complete is recorded, even when another
     # of them is refused: its multipart upload is gone from the store now.
-    for upload, total in zip(open_, _in_parallel(_assemble, open_)):
+    multipart = [u for u in open_ if u.multipart_id]
+    for upload, total in zip(multipart, _in_parallel(_assemble, multipart)):
         if isinstance(total, ApplicationError):
             refused = refused or total
         else:
@@ -308,6 +321,52 @@ def direct_uploads_complete(*, owner: AbstractBaseUser, upload_ids: list) -> lis
     if refused is not None:
         raise refused
     return uploads
+
+
+def _owned_many(owner: AbstractBaseUser, upload_ids: list) -> list[DirectUpload]:
+    """`_owned` for many, in one query."""
+    ids = list(dict.fromkeys(str(i) for i in upload_ids))
+    found = {str(u.id): u for u in DirectUpload.objects.filter(owner=owner, id__in=ids)}
+    if len(found) < len(ids):
+        raise ApplicationError("not_found", "No such upload.", status_code=404,
+                               extra={"uploads": [i for i in ids if i not in found]})
+    now = timezone.now()
+    if any(u.state == DirectUpload.State.EXPIRED or u.expires_at <= now for u in found.values()):
+        raise ApplicationError("upload_expired", "An upload named has expired and takes no more bytes; start it "
+                               "again.", status_code=410)
+    return [found[i] for i in ids]
+
+
+def _complete_single_puts(uploads: list[DirectUpload]) -> ApplicationError | None:
+    """Single PUTs are complete once their object is there (its size is the
+    one its URL was signed for, or it would not be): one listing of the
+    store per group of uploads created together, and one update. Returns
+    the refusal for those not there yet."""
+    if not uploads:
+        return None
+    sizes: dict[str, int] = {}
+    for prefix in {u.key.rsplit("/", 1)[0] + "/" for u in uploads}:
+        sizes.update(store.stored_sizes(prefix))
+    there = [u for u in uploads if sizes.get(u.key) == u.size]
+    now = timezone.now()
+    DirectUpload.objects.filter(pk__in=[u.pk for u in there], state=DirectUpload.State.OPEN).update(
+        state=DirectUpload.State.COMPLETE, completed_at=now)
+    completed = set(DirectUpload.objects.filter(pk__in=[u.pk for u in there], state=DirectUpload.State.COMPLETE)
+                    .values_list("pk", flat=True))
+    for upload in there:
+        if upload.pk in completed:
+            upload.state, upload.completed_at = DirectUpload.State.COMPLETE, now
+        else:  # given up while it was being checked: its object must not stay
+            media.delete(upload.key)
+            return ApplicationError("upload_expired", f"{upload.filename}: this upload was given up.",
+                                    status_code=410)
+    missing = [u for u in uploads if sizes.get(u.key) != u.size]
+    if missing:
+        return ApplicationError("upload_incomplete", f"{missing[0].filename}: its part is missing "
+                                f"({len(missing)} upload(s) not complete).", status_code=409,
+                                extra={"upload": str(missing[0].id), "missing": [1],
+                                       "uploads": [str(u.id) for u in missing]})
+    return None
 
 
 def _assemble(upload: DirectUpload) -> int | None | ApplicationError:
@@ -318,7 +377,7 @@ def _assemble(upload: DirectUpload) -> int | None | ApplicationError:
     try:
         parts = store.stored_parts(upload.key, upload.multipart_id)
         total = _check_parts(upload, parts)
-        media.multipart_complete(upload.key, upload.multipart_id, parts)
+        store.complete(upload.key, upload.multipart_id, parts)
     except media.UploadGone:
         return None
     except ApplicationError as refusal:
@@ -361,20 +420,20 @@ def _check_parts(upload: DirectUpload, parts: list[media.Part]) -> int:
 
 
 def direct_upload_abort(*, owner: AbstractBaseUser, upload_id) -> None:
-    """Give an upload up: what it stored goes, the row goes. Marked expired
-    first (one conditional update), so that no concurrent complete or claim
-    takes it while its bytes are being dropped."""
+    """Give an upload up: what it stored goes; the row stays as a tombstone
+    (410 from now on, and the sweep deletes a single PUT's key once more
+    when it forgets it). Marked expired first (one conditional update), so
+    that no concurrent complete or claim takes it while its bytes go."""
     upload = _owned(owner, upload_id)
     DirectUpload.objects.filter(pk=upload.pk, state__in=LIVE).update(state=DirectUpload.State.EXPIRED)
     _drop_stored(upload)
-    upload.delete()
 
 
 def _drop_stored(upload: DirectUpload) -> None:
     if upload.state == DirectUpload.State.COMPLETE:
         media.delete(upload.key)
-    elif upload.multipart_id:
-        media.multipart_abort(upload.key, upload.multipart_id)
+    else:
+        store.abort(upload.key, upload.multipart_id)
 
 
 # --- claim ------------------------------------------------------------------------------------
@@ -443,9 +502,14 @@ def direct_uploads_sweep(*, batch: int = 500) -> Swept:
         expired += len(due)
     forgotten = 0
     tombstone = now - timedelta(seconds=settings.FAIRLANE_UPLOAD_TOMBSTONE_S)
-    while ids := list(DirectUpload.objects.filter(state=DirectUpload.State.EXPIRED, expires_at__lt=tombstone)
-                      .values_list("pk", flat=True)[:batch]):
-        forgotten += DirectUpload.objects.filter(pk__in=ids).delete()[0]
+    while rows := list(DirectUpload.objects.filter(state=DirectUpload.State.EXPIRED, expires_at__lt=tombstone)
+                       .values_list("pk", "key", "multipart_id")[:batch]):
+        # A single PUT's URL, signed before the upload was given up, could
+        # have written its object again since: it goes for good with the row.
+        for _, key, multipart_id in rows:
+            if not multipart_id:
+                media.delete(key)
+        forgotten += DirectUpload.objects.filter(pk__in=[pk for pk, _, _ in rows]).delete()[0]
     started_before = now - timedelta(seconds=settings.FAIRLANE_UPLOAD_EXPIRE_S + 3600)
     orphans = 0
     stale = store.stale_uploads("uploads/", tag=STAGING_TAG, started_before=started_before)

@@ -33,6 +33,8 @@ class PartUrlSerializer(serializers.Serializer):
     number = serializers.IntegerField()
     size = serializers.IntegerField(help_text="PUT exactly this many bytes (as Content-Length) to `url`.")
     url = serializers.CharField(help_text="Absolute, or relative to this site (files kept on disk).")
+    headers = serializers.DictField(child=serializers.CharField(), help_text="Send these headers with the PUT "
+                                    "(a file of one part: `If-None-Match: *`, which the URL is signed with).")
 
 
 class PartSerializer(serializers.Serializer):
@@ -96,9 +98,13 @@ class CompleteSerializer(serializers.Serializer):
                                     max_length=10_000)
 
 
+def _url(u: direct.PartUrl) -> dict:
+    return {"number": u.number, "size": u.size, "url": u.url, "headers": u.headers}
+
+
 def _created(upload: DirectUpload, urls: list[direct.PartUrl]) -> dict:
     body = DirectUploadSerializer(upload).data
-    body["urls"] = [{"number": u.number, "size": u.size, "url": u.url} for u in urls]
+    body["urls"] = [_url(u) for u in urls]
     return body
 
 
@@ -153,7 +159,7 @@ class DirectUploadPartsApi(APIView):
         params.is_valid(raise_exception=True)
         urls = direct.direct_upload_sign(owner=request.user, upload_id=upload_id,
                                          parts=params.validated_data["parts"])
-        return Response({"urls": [{"number": u.number, "size": u.size, "url": u.url} for u in urls]})
+        return Response({"urls": [_url(u) for u in urls]})
 
 
 class DirectUploadCompleteApi(APIView):

@@ -225,14 +225,10 @@ def jobs_enqueue(*, job_ids: Iterable[str]) -> int:
     jobs = list(Job.objects.filter(id__in=list(job_ids), status=Job.Status.QUEUED)
                 .only(*JOB_FIELDS_FOR_DISPATCH).order_by("created_at"))
     policies = fair_policies(user_ids=[j.owner_id for j in jobs], lane=Lane.CPU_TRANSCODE)
-    accepted = 0
-    for job in jobs:
-        accepted += dispatcher.enqueue(
-            job_task_name(job), [str(job.id)], task_id=str(job.id), fair_key=str(job.owner_id),
-            cost=job.cost_estimate, policy=policies.get(job.owner_id), options=job_time_limits(job),
-            due=job.scheduled_for.timestamp() if job.scheduled_for else None,
-        )
-    return accepted
+    return dispatcher.enqueue_many([dispatcher.Submission(
+        job_task_name(job), [str(job.id)], task_id=str(job.id), fair_key=str(job.owner_id), cost=job.cost_estimate,
+        policy=policies.get(job.owner_id), options=job_time_limits(job),
+        due=job.scheduled_for.timestamp() if job.scheduled_for else None) for job in jobs])
 
 
 def jobs_reconcile() -> int:

@@ -32,16 +32,28 @@ def small_parts(settings):
     settings.FAIRLANE_UPLOAD_PART_BYTES = PART
 
 
-def put(client, url: str, body: bytes) -> int:
+def put(client, url: str | dict, body: bytes) -> int:
     """PUT a part as a browser does: to the store (absolute URL) or to this
-    site (relative), no credentials."""
+    site (relative), no credentials, with the headers the URL asks for."""
+    headers = {} if isinstance(url, str) else url["headers"]
+    url = url if isinstance(url, str) else url["url"]
     if url.startswith("/"):
         return client.generic("PUT", url, body, content_type="application/octet-stream").status_code
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=body, method="PUT"), timeout=30) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body, method="PUT", headers=headers),
+                                    timeout=30) as resp:
             return resp.status
     except urllib.error.HTTPError as exc:
         return exc.code
+
+
+def gone(row: DirectUpload) -> bool:
+    """Nothing of the upload is in the store: no multipart upload, or no
+    object of its single PUT."""
+    try:
+        return direct.store.stored_parts(row.key, row.multipart_id) == [] and not row.multipart_id
+    except media.UploadGone:
+        return True
 
 
 def create(client, *files: tuple[str, int | None]) -> list[dict]:
@@ -62,7 +74,7 @@ def send_all(client, upload: dict, data: bytes) -> None:
     for number in range(1, upload["parts"] + 1):
         url = urls.get(number) or sign(client, upload["id"], [number])[0]
         start = (number - 1) * upload["part_size"]
-        assert put(client, url["url"], data[start:start + url["size"]]) == 200
+        assert put(client, url, data[start:start + url["size"]]) == 200
 
 
 def test_a_file_sent_in_parts_and_claimed_is_the_uploads_file_byte_for_byte(
@@ -72,13 +84,13 @@ def test_a_file_sent_in_parts_and_claimed_is_the_uploads_file_byte_for_byte(
     [upload] = create(client, ("clip.mp4", len(data)))
     assert (upload["parts"], upload["part_size"], upload["state"]) == (3, PART, "open")
     assert [(u["number"], u["size"]) for u in upload["urls"]] == [(1, PART), (2, PART), (3, 12345)]
-    assert put(client, upload["urls"][0]["url"], data[:PART]) == 200
+    assert put(client, upload["urls"][0], data[:PART]) == 200
     # After a reload, the client asks what the store has and sends the rest.
     status = client.get(f"/api/uploads/direct/{upload['id']}/").json()
     assert (status["received"], status["parts_received"]) == (PART, [{"number": 1, "size": PART}])
     for part in upload["urls"][1:]:
         start = (part["number"] - 1) * PART
-        assert put(client, part["url"], data[start:start + part["size"]]) == 200
+        assert put(client, part, data[start:start + part["size"]]) == 200
 
     with django_capture_on_commit_callbacks(execute=True):
         resp = client.post("/api/uploads/", {"direct": [upload["id"]]}, format="json")  # completes, then claims
@@ -97,7 +109,7 @@ def test_a_file_sent_in_parts_and_claimed_is_the_uploads_file_byte_for_byte(
 def test_nothing_past_what_a_url_allows_is_stored(storage_backend, small_parts, make_user, api_client_for):
     client = api_client_for(make_user("alice"))
     [upload] = create(client, ("a.bin", 100))
-    url = upload["urls"][0]["url"]
+    url = upload["urls"][0]
     assert put(client, url, b"x" * 101) in (400, 403)  # the store (or our stand-in) checks the signed size
     assert put(client, url, b"x" * 99) in (400, 403)
     for parts in ([2], [0], [{"number": 1, "size": 200}]):
@@ -108,8 +120,10 @@ def test_nothing_past_what_a_url_allows_is_stored(storage_backend, small_parts, 
     assert put(client, url, b"x" * 100) == 200
     done = client.post("/api/uploads/direct/complete/", {"uploads": [upload["id"]]}, format="json")
     assert done.status_code == 200 and done.json()["uploads"][0]["state"] == "complete"
-    # Finished: an earlier URL writes nothing, and no new one is signed.
-    assert put(client, url, b"y" * 100) in (403, 404, 410)
+    # Finished: an earlier URL writes nothing (a multipart upload is gone; a
+    # single PUT's object exists, and its URL is signed with If-None-Match: *),
+    # and no new one is signed.
+    assert put(client, url, b"y" * 100) in (403, 404, 410, 412)
     assert media.read_bytes(DirectUpload.objects.get().key) == b"x" * 100
     more = client.post(f"/api/uploads/direct/{upload['id']}/parts/", {"parts": [1]}, format="json")
     assert more.status_code == 409 and more.json()["error"]["code"] == "upload_complete"
@@ -124,17 +138,22 @@ def test_a_deferred_length_is_bounded_and_counts_what_its_urls_were_signed_for(
     bare = client.post(f"/api/uploads/direct/{upload['id']}/parts/", {"parts": [1]}, format="json")
     assert bare.status_code == 400  # a deferred length's part comes with its size
     first, second = sign(client, upload["id"], [{"number": 1, "size": PART}, {"number": 2, "size": 1000}])
-    row = DirectUpload.objects.get()
-    assert row.signed_bytes == PART + 1000
+    assert DirectUpload.objects.get().signed_bytes == PART + 1000
     after_last = client.post(f"/api/uploads/direct/{upload['id']}/parts/",
                              {"parts": [{"number": 3, "size": 10}]}, format="json")
     assert after_last.status_code == 400  # part 2 was shorter: it is the last
-    too_much = client.post(f"/api/uploads/direct/{upload['id']}/parts/",
-                           {"parts": [{"number": n, "size": PART} for n in (2, 3, 4)]}, format="json")
+    resized = client.post(f"/api/uploads/direct/{upload['id']}/parts/",
+                          {"parts": [{"number": 2, "size": PART}]}, format="json")
+    assert resized.status_code == 400  # its earlier URL could write 1000 bytes: the size stays
+    [again] = sign(client, upload["id"], [{"number": 2, "size": 1000}])  # the same size again: a retry
+    assert again["size"] == 1000 and DirectUpload.objects.get().signed_bytes == PART + 1000
+    [other] = create(client, ("live2.mp4", None))
+    too_much = client.post(f"/api/uploads/direct/{other['id']}/parts/",
+                           {"parts": [{"number": n, "size": PART} for n in (1, 2, 3, 4)]}, format="json")
     assert too_much.status_code == 413 and too_much.json()["error"]["code"] == "file_too_large"
     data = os.urandom(PART + 1000)
-    assert put(client, first["url"], data[:PART]) == 200
-    assert put(client, second["url"], data[PART:]) == 200
+    assert put(client, first, data[:PART]) == 200
+    assert put(client, second, data[PART:]) == 200
     with django_capture_on_commit_callbacks(execute=True):
         resp = client.post("/api/uploads/", {"direct": [upload["id"]]}, format="json")
     assert resp.status_code == 202, resp.content
@@ -191,20 +210,22 @@ def test_another_users_upload_is_not_found(make_user, api_client_for):
 def test_giving_an_upload_up_drops_what_it_stored(storage_backend, make_user, api_client_for):
     client = api_client_for(make_user("alice"))
     [upload] = create(client, ("a.bin", 10))
-    assert put(client, upload["urls"][0]["url"], b"0123456789") == 200
+    assert put(client, upload["urls"][0], b"0123456789") == 200
     row = DirectUpload.objects.get()
     assert client.delete(f"/api/uploads/direct/{upload['id']}/").status_code == 204
-    assert not DirectUpload.objects.exists()
-    with pytest.raises(media.UploadGone):
-        direct.store.stored_parts(row.key, row.multipart_id)
-    assert put(client, upload["urls"][0]["url"], b"0123456789") in (403, 404, 410)
+    assert DirectUpload.objects.get().state == "expired"  # a tombstone: 410 from now on
+    assert client.get(f"/api/uploads/direct/{upload['id']}/").status_code == 410
+    assert direct._pending(row.owner) == (0, 0)
+    assert gone(row)
+    if row.multipart_id:  # no part can arrive any more
+        assert put(client, upload["urls"][0], b"0123456789") in (403, 404, 410)
 
 
 def test_the_sweep_gives_up_expired_uploads_forgets_tombstones_and_aborts_orphans(
         storage_backend, make_user, api_client_for, settings):
     client = api_client_for(make_user("alice"))
     kept, expired = create(client, ("kept.bin", 10), ("expired.bin", 10))
-    assert put(client, expired["urls"][0]["url"], b"0123456789") == 200
+    assert put(client, expired["urls"][0], b"0123456789") == 200
     DirectUpload.objects.filter(id=expired["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
     row = DirectUpload.objects.get(id=expired["id"])
     orphan_key = media.upload_key(owner_id=0)
@@ -215,8 +236,7 @@ def test_the_sweep_gives_up_expired_uploads_forgets_tombstones_and_aborts_orphan
     swept = direct.direct_uploads_sweep()
     assert (swept.expired, swept.orphans) == (1, 1)
     assert DirectUpload.objects.get(id=expired["id"]).state == "expired"
-    with pytest.raises(media.UploadGone):
-        direct.store.stored_parts(row.key, row.multipart_id)
+    assert gone(row)
     with pytest.raises(media.UploadGone):
         direct.store.stored_parts(orphan_key, orphan)
     kept_row = DirectUpload.objects.get(id=kept["id"])
@@ -267,3 +287,29 @@ def test_no_request_body_makes_a_direct_upload_endpoint_fail(api_client_for, bod
     for url in ("/api/uploads/direct/", f"/api/uploads/direct/{upload_id}/parts/", "/api/uploads/direct/complete/",
                 "/api/uploads/"):
         assert_no_5xx_and_error_shape(client.post(url, body, format="json"), f"POST {url} {body!r}")
+
+
+def test_storage_setup_lets_the_sites_pages_upload_into_the_bucket_and_play_from_it(s3_storage, settings):
+    """The CORS rule a browser asks for before a cross-origin PUT (and the
+    player's GETs): for the site's origins, and nobody else's."""
+    from django.core.management import call_command
+
+    settings.FAIRLANE_UPLOAD_CORS_ORIGINS = ["http://fairlane.example:8000"]
+    call_command("storage_setup")
+    assert direct.store.cors_origins() == ["http://fairlane.example:8000"]
+    url = f"{s3_storage['FAIRLANE_S3_ENDPOINT']}/{s3_storage['FAIRLANE_S3_BUCKET']}/uploads/x"
+
+    def preflight(origin: str, method: str) -> int:
+        request = urllib.request.Request(url, method="OPTIONS", headers={
+            "Origin": origin, "Access-Control-Request-Method": method,
+            "Access-Control-Request-Headers": "if-none-match"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                assert resp.headers["Access-Control-Allow-Origin"] == origin
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert preflight("http://fairlane.example:8000", "PUT") == 200
+    assert preflight("http://fairlane.example:8000", "GET") == 200
+    assert preflight("http://elsewhere.example", "PUT") == 403

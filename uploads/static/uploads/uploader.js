@@ -57,10 +57,11 @@ window.fairlaneUploader = (function () {
   const slot = limiter(PARALLEL_PARTS);
 
   // One PUT; resolves when the store took the part. `onProgress(bytes)`.
-  function put(url, blob, onProgress) {
+  function put({url, headers}, blob, onProgress) {
     return new Promise((resolve, reject) => {
       const xhr = new XMLHttpRequest();
       xhr.open("PUT", url);
+      for (const [name, value] of Object.entries(headers || {})) xhr.setRequestHeader(name, value);
       xhr.upload.onprogress = e => onProgress(e.loaded);
       xhr.onload = () => (xhr.status >= 200 && xhr.status < 300 ? resolve() : reject(new Refused(xhr.status)));
       xhr.onerror = () => reject(new Refused(0));
@@ -72,7 +73,7 @@ window.fairlaneUploader = (function () {
 
   // Sends the parts the store does not have yet, then completes the upload.
   async function transfer(file, upload, received, onProgress) {
-    const urls = new Map((upload.urls || []).map(u => [u.number, u.url]));
+    const urls = new Map((upload.urls || []).map(u => [u.number, u]));
     const count = upload.parts;
     const have = new Set(received.map(p => p.number));
     const sent = new Map(received.map(p => [p.number, p.size]));
@@ -84,7 +85,7 @@ window.fairlaneUploader = (function () {
       if (fresh || !urls.has(n)) {
         const batch = fresh ? [n] : todo.filter(m => m >= n && !urls.has(m)).slice(0, SIGN_BATCH);
         const data = await api("POST", `/api/uploads/direct/${upload.id}/parts/`, {parts: batch});
-        for (const u of data.urls) urls.set(u.number, u.url);
+        for (const u of data.urls) urls.set(u.number, u);
       }
       return urls.get(n);
     }
