@@ -3,7 +3,7 @@ from django.apps import AppConfig
 
 class NotifyConfig(AppConfig):
     name = "notify"
-    verbose_name = "notifications"
+    verbose_name = "Notifications"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

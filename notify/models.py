@@ -127,7 +127,9 @@ class Delivery(models.Model):
     replay_of = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="replays")
 
     class Meta:
+        verbose_name_plural = "deliveries"
         ordering = ["-created_at"]
+        permissions = [("replay_delivery", "Can replay finished deliveries")]
         constraints = [
             models.UniqueConstraint(fields=["event", "endpoint"], name="delivery_once_per_endpoint",
                                     condition=models.Q(endpoint__isnull=False, replay_of__isnull=True)),

@@ -612,24 +612,6 @@ def endpoint_disable(*, endpoint_id, reason: str) -> bool:
 # --- operators ------------------------------------------------------------------------------
 
 
-def deliveries_resend(*, delivery_ids: list, actor: AbstractBaseUser) -> int:
-    """Send finished deliveries again (admin): same webhook-id, so a receiver
-    that processed it already can tell; a fresh round of retries."""
-    now = timezone.now()
-    tries = []
-    with transaction.atomic():
-        rows = list(Delivery.objects.select_for_update().filter(
-            id__in=delivery_ids, status__in=[Delivery.Status.SUCCEEDED, Delivery.Status.FAILED,
-                                             Delivery.Status.CANCELED]).values_list("id", "seq", "event__owner_id"))
-        for delivery_id, seq, owner_id in rows:
-            Delivery.objects.filter(id=delivery_id).update(status=Delivery.Status.PENDING, seq=seq + 1, attempts=0,
-                                                           next_attempt_at=now, lease_until=None)
-            tries.append(Try(delivery_id, seq + 1, owner_id))
-        dispatcher.after_commit(lambda: _deliveries_enqueue(tries))
-    log.info("%s resent %d deliveries", actor, len(tries))
-    return len(tries)
-
-
 REPLAYABLE = (Delivery.Status.SUCCEEDED, Delivery.Status.FAILED, Delivery.Status.CANCELED)
 
 

@@ -7,10 +7,13 @@ from django.http import HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
+from django_celery_results.admin import TaskResultAdmin
 from django_celery_results.models import TaskResult
 from rest_framework.authtoken.models import Token, TokenProxy
 
 from uploads import services
+from uploads.admin_records import RecordAdmin, RecordInline, compact_time, created, cut, short_id
+from uploads.facts import bytes_text, duration_text
 from uploads.models import Job, JobAttempt, Output, Profile, Upload
 
 
@@ -43,56 +46,122 @@ class FairlaneUserAdmin(UserAdmin):
         self.message_user(request, f"Revoked {len(revoked)} API token(s).", messages.SUCCESS)
 
 
+admin.site.unregister(TaskResult)
+
+
+@admin.register(TaskResult)
+class CompactTaskResultAdmin(RecordAdmin, TaskResultAdmin):
+    """django-celery-results' results, as records (read-only), listed in
+    columns that fit 1,366 px: a task id is a job id and a release tag, 53
+    characters."""
+
+    list_display = ["task", "task_name", "status", "host", "done"]
+
+    @admin.display(description="task id", ordering="task_id")
+    def task(self, result: TaskResult) -> str:
+        return cut(result.task_id, 14)
+
+    @admin.display(description="worker", ordering="worker")
+    def host(self, result: TaskResult) -> str:
+        return cut(result.worker or "–", 20)
+
+    @admin.display(description="done", ordering="date_done")
+    def done(self, result: TaskResult) -> str:
+        return compact_time(result.date_done)
+
+
 @admin.register(Profile)
 class ProfileAdmin(admin.ModelAdmin):
     list_display = ["user", *Profile.PLAN_FIELDS]
     search_fields = ["user__username"]
 
 
-class JobInline(admin.TabularInline):
+def _job_link(job: Job) -> str:
+    return format_html('<a href="{}" title="{}">{}</a>', reverse("admin:uploads_job_change", args=[job.id]), job.id,
+                       short_id(job.id))
+
+
+def _batch_link(batch) -> str:
+    """A batch is no record of its own here: its link lists its jobs (the
+    job list's search takes a batch's id)."""
+    if batch is None:
+        return "–"
+    return format_html('<a href="{}?q={}" title="{}">{}</a>', reverse("admin:uploads_job_changelist"), batch, batch,
+                       short_id(batch))
+
+
+def _ms_text(ms: int | None) -> str:
+    return "–" if ms is None else duration_text(ms / 1000)
+
+
+@admin.display(description="waited", ordering="wait_ms")
+def waited(job: Job) -> str:
+    return _ms_text(job.wait_ms)
+
+
+@admin.display(description="took", ordering="process_ms")
+def took(job: Job) -> str:
+    return _ms_text(job.process_ms)
+
+
+class JobInline(RecordInline):
     model = Job
-    fields = ["id", "kind", "status", "progress", "attempts", "error_code"]
+    fields = ["job", "kind", "status", "progress", "attempts", "error_code"]
     readonly_fields = fields
-    extra = 0
-    can_delete = False
+
+    @admin.display(description="job")
+    def job(self, job: Job) -> str:
+        return _job_link(job)
 
 
 @admin.register(Upload)
-class UploadAdmin(admin.ModelAdmin):
-    list_display = ["filename", "owner", "size", "batch", "created_at"]
+class UploadAdmin(RecordAdmin):
+    list_display = ["name", "owner", "size_text", "batch_link", created]
     list_filter = ["created_at"]
-    search_fields = ["filename", "owner__username", "id", "batch"]
-    readonly_fields = ["id", "owner", "batch", "filename", "file", "size", "client_content_type", "created_at"]
+    search_fields = ["filename", "owner__username", "=id", "=batch"]
+    list_select_related = ["owner"]
+    fields = ["id", "owner", "batch_link", "filename", "file", "size_text", "client_content_type", "created_at"]
+    readonly_fields = fields
     inlines = [JobInline]
 
+    @admin.display(description="file", ordering="filename")
+    def name(self, upload: Upload) -> str:
+        return cut(upload.filename, 40)
 
-class OutputInline(admin.TabularInline):
+    @admin.display(description="size", ordering="size")
+    def size_text(self, upload: Upload) -> str:
+        return bytes_text(upload.size)
+
+    @admin.display(description="batch")
+    def batch_link(self, upload: Upload) -> str:
+        return _batch_link(upload.batch)
+
+
+class OutputInline(RecordInline):
     model = Output
-    fields = ["name", "content_type", "size", "file"]
+    fields = ["name", "content_type", "size_text", "file"]
     readonly_fields = fields
-    extra = 0
-    can_delete = False
+
+    @admin.display(description="size")
+    def size_text(self, output: Output) -> str:
+        return bytes_text(output.size)
 
 
-class AttemptInline(admin.TabularInline):
+class AttemptInline(RecordInline):
     model = JobAttempt
     fields = ["number", "worker", "started_at", "finished_at", "outcome", "error_code", "error_message"]
     readonly_fields = fields
-    extra = 0
-    can_delete = False
 
 
-class PartInline(admin.TabularInline):
+class PartInline(RecordInline):
     """A chunked job's parts (uploads/parts.py), each a job of its own."""
 
     model = Job
     fk_name = "parent"
     verbose_name, verbose_name_plural = "part", "parts (chunks, audio, finalizer)"
-    fields = ["part_link", "part_index", "status", "progress", "attempts", "wait_ms", "process_ms", "error_code"]
+    fields = ["part_link", "part_index", "status", "progress", "attempts", waited, took, "error_code"]
     readonly_fields = fields
     ordering = ["part", "part_index"]
-    extra = 0
-    can_delete = False
 
     @admin.display(description="part")
     def part_link(self, job: Job) -> str:
@@ -117,21 +186,75 @@ def _confirm_or_run(modeladmin, request, queryset, *, action: str, verb: str, ve
     return None
 
 
+# The states each action applies to (uploads/services.py guards them again).
+RETRYABLE = (Job.Status.FAILED, Job.Status.CANCELED)
+CANCELABLE = (Job.Status.QUEUED, Job.Status.RUNNING)
+
+
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "owner", "filename", "kind", "part", "lane", "status", "progress", "attempts", "wait_ms",
-                    "process_ms", "created_at", "started_at", "finished_at"]
+class JobAdmin(RecordAdmin):
+    # What fits 1,366 px beside the side bars: kind, lane and part are
+    # filters (a file's name and a part's say which), the time it took is
+    # on its page.
+    list_display = ["job", "file", "user", "state", "tries", waited, created]
+    list_display_links = ["job"]
     list_filter = ["status", "lane", "kind", "part", ("owner", admin.RelatedOnlyFieldListFilter), "created_at"]
-    search_fields = ["=id", "owner__username", "upload__filename", "=task_id", "=parent__id"]
+    # A job by (the start of) its id, its task, its parent's id; a batch's jobs by the batch's id.
+    search_fields = ["^id", "owner__username", "upload__filename", "=task_id", "=parent__id", "=upload__batch",
+                     "=batch"]
     list_select_related = ["owner", "upload", "parent__upload"]
-    readonly_fields = [f.name for f in Job._meta.fields] + ["upload_link", "task_result_link"]
+    date_hierarchy = "created_at"
+    fieldsets = [
+        (None, {"fields": ["id", "upload_link", "batch_link", "owner", "kind", "status", "progress", "error_code",
+                           "error_message"]}),
+        ("Times", {"fields": ["created_at", "queued_at", "scheduled_for", "started_at", "finished_at", waited,
+                              took]}),
+        ("Attempts", {"fields": ["attempts", "attempt_budget_from", "lease_expires_at", "task_result_link"]}),
+        ("Part of a long video", {"fields": ["parent", "part", "part_index"]}),
+        ("Internals", {"classes": ["collapse"], "fields": ["lane", "task_id", "cost_estimate", "media_info",
+                                                           "checkpoint", "notify_pending"]}),
+    ]
+    readonly_fields = [field for _, options in fieldsets for field in options["fields"]]
     inlines = [PartInline, AttemptInline, OutputInline]
     actions = ["retry_jobs", "cancel_jobs"]
-    date_hierarchy = "created_at"
+    object_actions = {"retry_jobs": "Retry", "cancel_jobs": "Cancel"}
+
+    def get_inlines(self, request, obj: Job | None):
+        """Only the sections with rows: a whole job has no parts, a failed one no outputs."""
+        if obj is None:
+            return []
+        present = {PartInline: obj.parts.exists(), AttemptInline: obj.attempt_log.exists(),
+                   OutputInline: obj.outputs.exists()}
+        return [inline for inline in self.inlines if present[inline]]
+
+    def get_fieldsets(self, request, obj: Job | None = None):
+        return [fs for fs in self.fieldsets if obj is None or obj.parent_id or fs[0] != "Part of a long video"]
+
+    def object_action_allowed(self, job: Job, name: str) -> bool:
+        return job.status in {"retry_jobs": RETRYABLE, "cancel_jobs": CANCELABLE}[name]
+
+    @admin.display(description="job", ordering="id")
+    def job(self, job: Job) -> str:
+        return short_id(job.id)
 
     @admin.display(description="file", ordering="upload__filename")
-    def filename(self, job: Job) -> str:
-        return job.title
+    def file(self, job: Job) -> str:
+        if job.kind == Job.Kind.EXPORT:
+            return f"export of batch {short_id(job.batch)}"
+        return cut(job.title, 22)
+
+    @admin.display(description="owner", ordering="owner__username")
+    def user(self, job: Job) -> str:
+        return cut(job.owner.get_username(), 12)
+
+    @admin.display(description="tries", ordering="attempts")
+    def tries(self, job: Job) -> int:
+        return job.attempts
+
+    @admin.display(description="status", ordering="status")
+    def state(self, job: Job) -> str:
+        label = job.get_status_display()
+        return f"{label} {job.progress} %" if job.status == Job.Status.RUNNING else label
 
     @admin.display(description="upload")
     def upload_link(self, job: Job) -> str:
@@ -139,6 +262,12 @@ class JobAdmin(admin.ModelAdmin):
             return "–"
         url = reverse("admin:uploads_upload_change", args=[job.upload_id])
         return format_html('<a href="{}">{}</a>', url, job.upload.filename)
+
+    @admin.display(description="batch")
+    def batch_link(self, job: Job) -> str:
+        """The batch its file came in (a part: its parent's); an export's, the one it exports."""
+        source = job.parent if job.parent_id else job
+        return _batch_link(source.upload.batch if source.upload_id else source.batch)
 
     @admin.display(description="Celery task result")
     def task_result_link(self, job: Job) -> str:
@@ -157,9 +286,9 @@ class JobAdmin(admin.ModelAdmin):
     @admin.action(description="Retry selected jobs", permissions=["retry"])
     def retry_jobs(self, request, queryset):
         return _confirm_or_run(self, request, queryset, action="retry_jobs", verb="retry", verb_past="retried",
-                               eligible=(Job.Status.FAILED, Job.Status.CANCELED), run=services.jobs_retry)
+                               eligible=RETRYABLE, run=services.jobs_retry)
 
     @admin.action(description="Cancel selected jobs", permissions=["cancel"])
     def cancel_jobs(self, request, queryset):
         return _confirm_or_run(self, request, queryset, action="cancel_jobs", verb="cancel", verb_past="canceled",
-                               eligible=(Job.Status.QUEUED, Job.Status.RUNNING), run=services.jobs_cancel)
+                               eligible=CANCELABLE, run=services.jobs_cancel)

@@ -35,7 +35,7 @@ def failed_job(workers, make_user, api_client_for, wait_terminal, tmp_path) -> J
 
 def status_cell(page: Page, job: Job):
     return page.locator("#result_list tbody tr", has=page.locator(f"input.action-select[value='{job.id}']")) \
-        .locator("td.field-status")
+        .locator("td.field-state")
 
 
 def test_staff_filters_failed_jobs_retries_one_and_sees_it_succeed(

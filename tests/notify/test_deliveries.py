@@ -216,18 +216,6 @@ def test_a_success_resets_the_failure_streak(alice, make_endpoint, fast_retries,
     assert endpoint.is_active and endpoint.failure_streak == 1
 
 
-def test_resend_sends_a_finished_delivery_again_with_the_same_id(alice, make_endpoint, receiver, fast_retries,
-                                                                  redis_client):
-    delivery = deliver(alice, make_endpoint(alice, receiver.url))
-    assert attempt(delivery) == "succeeded"
-    assert services.deliveries_resend(delivery_ids=[delivery.id], actor=alice) == 1
-    assert services.deliveries_resend(delivery_ids=[delivery.id], actor=alice) == 0  # pending now: left alone
-    assert attempt(delivery) == "succeeded"
-    first, second = receiver.received()
-    assert first.headers["webhook-id"] == second.headers["webhook-id"]
-    assert [a.number for a in delivery.attempt_log.all()] == [1, 2]
-
-
 def test_a_throttled_try_is_rescheduled_for_its_token_without_counting_an_attempt(
         alice, make_endpoint, receiver, fast_retries, redis_client):
     endpoint = make_endpoint(alice, receiver.url, rate_per_s=2, burst=1)

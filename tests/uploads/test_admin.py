@@ -92,3 +92,26 @@ def test_a_chunked_job_shows_its_parts_each_linking_to_its_own_page(admin_client
     assert "parts (chunks, audio, finalizer)" in page.lower() and f"{CHANGELIST}{chunk.pk}/change/" in page
     listed = admin_client.get(CHANGELIST, {"part": "chunk"}).content.decode()
     assert "chunk 3 of a.mp4" in listed and str(parent.pk) not in listed
+
+
+def test_a_job_is_a_record_with_its_batch_and_the_actions_that_apply_to_it(admin_client, make_user):
+    failed = make_job(make_user("fay"), Job.Status.FAILED)
+    page = admin_client.get(f"{CHANGELIST}{failed.pk}/change/").content.decode()
+    assert 'name="_save"' not in page and "Add another" not in page
+    # The batch its file came in (not the export's own field), linked to the batch's jobs.
+    assert f'href="{CHANGELIST}?q={failed.upload.batch}"' in page and "field-batch_link" in page
+    assert 'class="form-row field-batch"' not in page
+    assert ">Retry</button>" in page and ">Cancel</button>" not in page
+    queued = make_job(failed.owner, Job.Status.QUEUED)
+    page = admin_client.get(f"{CHANGELIST}{queued.pk}/change/").content.decode()
+    assert ">Cancel</button>" in page and ">Retry</button>" not in page
+    assert admin_client.get(f"{CHANGELIST}add/").status_code == 403
+
+
+def test_the_job_list_finds_a_job_by_its_short_id_and_a_batchs_jobs_by_the_batch(admin_client, make_user):
+    job = make_job(make_user("gus"), Job.Status.SUCCEEDED)
+    other = make_job(job.owner, Job.Status.SUCCEEDED)
+    resp = admin_client.get(CHANGELIST, {"q": str(job.id)[:8]})
+    assert list(resp.context["cl"].result_list) == [job]
+    resp = admin_client.get(CHANGELIST, {"q": str(other.upload.batch)})
+    assert list(resp.context["cl"].result_list) == [other]
