@@ -244,6 +244,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 # pool before every HTTP call, so 64 threads share a few connections instead
 # of opening and closing two per delivery. 0 (the default) means no pool:
 # prefork children must not inherit a parent's pooled sockets.
+    # SQLite cannot make the one unique constraint that treats NULLs as equal
+    # (a long video's finalizer and audio part, uploads.Job.Meta); the
+    # parent row's lock already makes each part once (uploads/parts.py), and
+    # IMMEDIATE transactions write one at a time here. Not a user's to fix.
+    SILENCED_SYSTEM_CHECKS = ["models.W047"]
 DATABASE_POOL_MAX_SIZE = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "0"))
 if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps the connections, not Django
@@ -323,6 +328,11 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # and reaper, and the sweep of expired direct uploads and of multipart
 # uploads no row knows (uploads/direct.py, FAIRLANE_UPLOAD_SWEEP_S below).
 
+# What a task prints (Django's console email backend, make run's default)
+# is logged at INFO, not Celery's default WARNING (one warning per line of
+# every email).
+# https://docs.celeryq.dev/en/stable/userguide/configuration.html#worker-redirect-stdouts-level
+CELERY_WORKER_REDIRECT_STDOUTS_LEVEL = "INFO"
 # --- Fair dispatch (dispatcher/) -----------------------------------------------
 # The Celery app that publishes released jobs (by name: the dispatcher does not
 # import the project's Celery module).
@@ -585,7 +595,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "filters": {"context": {"()": "project.logcontext.ContextFilter"},
                 # Signed output links are credentials: masked in every line (project/logmask.py).
-                "mask_links": {"()": "project.logmask.MaskSignedLinks"}},
+                "mask_links": {"()": "project.logmask.MaskSignedLinks"},
+                "flower_unanswered": {"()": "project.loglevels.FlowerUnanswered"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s %(ctx)s"},
         "json": {
@@ -602,7 +613,8 @@ LOGGING = {
     # "django.server") would print request lines unmasked and unformatted:
     # their records go to the root's handler instead.
     "loggers": {"django": {"handlers": [], "propagate": True},
-                "django.server": {"handlers": ["console"], "propagate": False}},
+                "django.server": {"handlers": ["console"], "propagate": False},
+                "flower.inspector": {"filters": ["flower_unanswered"]}},
 }
 
 # --- io-notify: email, webhooks (issue 6) ---

@@ -1,0 +1,20 @@
+"""Records nobody can act on are logged at the level they deserve
+(project/loglevels.py), through the logging settings every process uses."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+
+@pytest.mark.parametrize(("msg", "args", "level"), [
+    ("Inspect method %s failed", ("stats",), "INFO"),  # no worker answered (none up yet)
+    ("Inspect method %s failed: %s", ("stats", "Connection refused"), "WARNING"),  # the broker is the trouble
+    ("Worker inspection failed: %s", ("boom",), "WARNING"),
+])
+def test_flower_asking_workers_that_are_not_up_yet_is_no_warning(caplog, msg, args, level):
+    logger = logging.getLogger("flower.inspector")
+    with caplog.at_level(logging.INFO):
+        logger.warning(msg, *args)
+    [record] = [r for r in caplog.records if r.name == "flower.inspector"]
+    assert record.levelname == level
