@@ -239,16 +239,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # Tests share the database with real worker processes: it must be a file.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}
-# A connection pool per process (PostgreSQL), for the processes that run many
-# threads: the io-notify worker (Procfile) hands its connection back to the
-# pool before every HTTP call, so 64 threads share a few connections instead
-# of opening and closing two per delivery. 0 (the default) means no pool:
-# prefork children must not inherit a parent's pooled sockets.
     # SQLite cannot make the one unique constraint that treats NULLs as equal
     # (a long video's finalizer and audio part, uploads.Job.Meta); the
     # parent row's lock already makes each part once (uploads/parts.py), and
     # IMMEDIATE transactions write one at a time here. Not a user's to fix.
     SILENCED_SYSTEM_CHECKS = ["models.W047"]
+# A connection pool per process (PostgreSQL), for the processes that run many
+# threads: the io-notify worker (Procfile) hands its connection back to the
+# pool before every HTTP call, so 64 threads share a few connections instead
+# of opening and closing two per delivery. 0 (the default) means no pool:
+# prefork children must not inherit a parent's pooled sockets.
 DATABASE_POOL_MAX_SIZE = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "0"))
 if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps the connections, not Django
@@ -323,16 +323,16 @@ CELERY_WORKER_SEND_TASK_EVENTS = True
 CELERY_WORKER_CONSUMER = "project.event_batching:Consumer"
 FAIRLANE_EVENT_FLUSH_S = float(os.environ.get("FAIRLANE_EVENT_FLUSH_S", "0.1"))
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-# Periodic maintenance (beat, exactly one): the fair dispatcher's reconciler
-# and reaper, and the sweep of expired direct uploads and of multipart
-# uploads no row knows (uploads/direct.py, FAIRLANE_UPLOAD_SWEEP_S below).
-
 # What a task prints (Django's console email backend, make run's default)
 # is logged at INFO, not Celery's default WARNING (one warning per line of
 # every email).
 # https://docs.celeryq.dev/en/stable/userguide/configuration.html#worker-redirect-stdouts-level
 CELERY_WORKER_REDIRECT_STDOUTS_LEVEL = "INFO"
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Periodic maintenance (beat, exactly one): the fair dispatcher's reconciler
+# and reaper, and the sweep of expired direct uploads and of multipart
+# uploads no row knows (uploads/direct.py, FAIRLANE_UPLOAD_SWEEP_S below).
+
 # --- Fair dispatch (dispatcher/) -----------------------------------------------
 # The Celery app that publishes released jobs (by name: the dispatcher does not
 # import the project's Celery module).
