@@ -32,7 +32,12 @@ def env_list(name: str, default: str) -> list[str]:
 
 # --- Django core -----------------------------------------------------------
 PRODUCTION = os.environ.get("FAIRLANE_ENV", "development") == "production"
-DEBUG = env_bool("DJANGO_DEBUG", not PRODUCTION)
+# Off unless asked for (DJANGO_DEBUG=1, development only): with it on, any
+# bug answers Django's technical 500 page (settings, paths, source) to
+# whoever hit it, and every process keeps a log of its queries in memory.
+# Nothing else depends on it: WhiteNoise serves the collected static files
+# either way (make run collects them first).
+DEBUG = env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     if PRODUCTION:  # several hosts must share one key, which var/ cannot give them
