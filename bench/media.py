@@ -20,6 +20,10 @@ and media.png and prints a table.
    the jobs; medians of OVERHEAD_REPEATS pairs, for clips of
    OVERHEAD_SECONDS, and the overhead as the median of the pairs' relative
    differences.
+4. Output bytes per input byte: what the pipelines store for typical
+   files (images, audio, a video), now and as they were before outputs
+   were made worth their bytes, on the same files in the same run
+   (bench/output_bytes.py).
 
 A private Redis and a scratch SQLite database (bench/harness.py). About
 five minutes on 2 cores; the ladder and lane parts use BENCH_SECONDS clips.
@@ -36,6 +40,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bench import output_bytes
 from bench.harness import Environment, Worker
 
 # Django is set up by the Environment (its private Redis and database) in
@@ -196,7 +201,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4))
+    fig, (a, b, c, d) = plt.subplots(1, 4, figsize=(22, 4.5), gridspec_kw={"width_ratios": [1, 1, 1, 1.4]})
     names = ["single_pass", "per_output"]
     x = range(len(names))
     a.bar([i - 0.2 for i in x], [result["ladder"][n]["cpu_s"] for n in names], 0.4, label="CPU s")
@@ -219,6 +224,7 @@ def plot(result: dict, path: Path) -> None:
     c.set_ylabel("wall s (median)")
     c.set_title("orchestration overhead")
     c.legend()
+    output_bytes.plot(d, result["output_bytes"])
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -236,7 +242,7 @@ def main() -> None:
         result = {"cores": os.cpu_count(), "clip": f"{SOURCE_SIZE} {BENCH_SECONDS:g} s h264 CRF 18 + aac",
                   "clips": CLIPS,
                   "ladder": ladder_vs_per_output(src, work), "lanes": lanes(src, work),
-                  "overhead": overhead(work)}
+                  "overhead": overhead(work), "output_bytes": output_bytes.measure(work)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
         env.close()
@@ -258,6 +264,7 @@ def main() -> None:
     for o in result["overhead"]:
         print(f"{o['clip_s']:>3} s | {o['bare_ffmpeg_s']:>13.2f} | {o['job_s']:>27.2f} | {o['job_wait_s']:>16.3f} | "
               f"{o['overhead_s']:+.2f} s ({o['overhead_pct']:+.1f} %)")
+    print("\n" + output_bytes.table(result["output_bytes"]))
 
 
 if __name__ == "__main__":

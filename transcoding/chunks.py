@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from django.conf import settings
 
-from transcoding import ffmpeg, ladder, storyboard
+from transcoding import aac, ffmpeg, ladder, storyboard
 from transcoding.errors import MediaError
 from transcoding.probe import Probe
 from transcoding.produced import Produced, kbps
@@ -60,6 +60,15 @@ class ChunkPlan:
     renditions: list[dict]
     mp4: str  # the rendition remuxed into the MP4 fallback
     has_audio: bool
+    # The sound's AAC (transcoding/aac.py). A plan stored before it followed
+    # the source has none of these: the fixed settings of that time.
+    audio_kbps: int = aac.VIDEO_STEREO_MAX_KBPS
+    audio_channels: int = 2
+    audio_sample_rate: int = aac.SAMPLE_RATE
+
+    @property
+    def sound(self) -> aac.Aac:
+        return aac.Aac(kbps=self.audio_kbps, channels=self.audio_channels, sample_rate=self.audio_sample_rate)
 
     @property
     def segment_duration_s(self) -> float:
@@ -95,11 +104,13 @@ def plan_for(probe: Probe) -> ChunkPlan:
     segments = max(1, math.ceil(probe.duration_s / segment_duration - 1e-6))
     per_chunk = max(1, round(settings.FAIRLANE_CHUNK_S / segment_duration))
     renditions = ladder.renditions_for(probe)
+    sound = aac.for_source(probe, stereo_max_kbps=aac.VIDEO_STEREO_MAX_KBPS)
     return ChunkPlan(
         duration_s=probe.duration_s, fps=fps, segment_frames=segment_frames,
         chunks=[(first, min(per_chunk, segments - first)) for first in range(0, segments, per_chunk)],
         renditions=[r.as_json() for r in renditions], mp4=ladder.mp4_rendition(renditions).name,
-        has_audio=probe.audio_index is not None)
+        has_audio=probe.audio_index is not None, audio_kbps=sound.kbps, audio_channels=sound.channels,
+        audio_sample_rate=sound.sample_rate)
 
 
 def chunk_args(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, index: int, *, threads: int) -> list[str]:
@@ -138,8 +149,8 @@ def chunk_args(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, index: i
 def audio_args(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, *, threads: int) -> list[str]:
     """The whole file's audio as one HLS rendition in workdir/hls/audio/."""
     return ["-y", "-threads", str(threads), *ffmpeg.input_args(src, probe.container),
-            "-map", f"0:a:{probe.audio_index or 0}", "-af", "aresample=48000:async=1",
-            "-c:a", "aac", "-b:a", ladder.AUDIO_BITRATE, "-ac", "2", *ffmpeg.NO_METADATA,
+            "-map", f"0:a:{probe.audio_index or 0}", "-af", f"aresample={plan.audio_sample_rate}:async=1",
+            *plan.sound.args(), *ffmpeg.NO_METADATA,
             "-output_ts_offset", f"{TIMELINE_OFFSET_S:.6f}",
             "-f", "hls", "-hls_time", f"{plan.segment_duration_s:g}", "-hls_playlist_type", "vod",
             "-hls_segment_type", "mpegts", "-hls_segment_filename", str(workdir / "hls" / AUDIO_GROUP / "seg_%05d.ts"),
@@ -230,9 +241,9 @@ def master_playlist(hls: Path, plan: ChunkPlan) -> str:
     audio_codec = ""
     if plan.has_audio:
         lines.append(f'#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID="{AUDIO_GROUP}",NAME="Audio",DEFAULT=YES,AUTOSELECT=YES,'
-                     f'CHANNELS="2",URI="{AUDIO_GROUP}/index.m3u8"')
+                     f'CHANNELS="{plan.audio_channels}",URI="{AUDIO_GROUP}/index.m3u8"')
         audio_codec = ",mp4a.40.2"
-    audio_bits = (int(ladder.AUDIO_BITRATE[:-1]) * 1000) if plan.has_audio else 0
+    audio_bits = plan.audio_kbps * 1000 if plan.has_audio else 0
     for r in plan.renditions:
         segments = sorted((hls / r["name"]).glob("seg_*.ts"))
         total = sum(p.stat().st_size for p in segments)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from transcoding import ffmpeg
+from transcoding import aac, ffmpeg
 from transcoding.probe import MAX_OUTPUT_FPS, Probe
 
 # Rungs by the frame's short side (portrait video gets 1080x1920 at "1080p"),
@@ -30,7 +30,6 @@ RUNGS = ((240, 400), (360, 800), (480, 1400), (720, 2800), (1080, 5000))
 # more encode of modest cost rather than a second full-resolution one.
 MP4_MAX_RUNG = 720
 FULL_HD_PIXELS = 1920 * 1080
-AUDIO_BITRATE = "128k"
 HLS_PLAYLIST_TYPE = "application/vnd.apple.mpegurl"
 # The poster is taken this far in (or half-way through shorter clips): the
 # first frame is often black.
@@ -115,7 +114,11 @@ class LadderPlan:
     mp4: Rendition
     fps: float
     args: list[str]
-    has_audio: bool
+    sound: aac.Aac | None  # the AAC of every rendition and the MP4 (transcoding/aac.py); None: no sound
+
+    @property
+    def has_audio(self) -> bool:
+        return self.sound is not None
 
 
 def plan(src: Path, workdir: Path, probe: Probe, *, threads: int) -> LadderPlan:
@@ -124,10 +127,11 @@ def plan(src: Path, workdir: Path, probe: Probe, *, threads: int) -> LadderPlan:
     mp4 = mp4_rendition(renditions)
     fps = output_fps(probe)
     has_audio = probe.audio_index is not None
+    sound = aac.for_source(probe, stereo_max_kbps=aac.VIDEO_STEREO_MAX_KBPS) if has_audio else None
     t = str(threads)
     args = ["-y", "-threads", t, *ffmpeg.input_args(src, probe.container),
-            "-filter_complex", _graph(probe, renditions, mp4, fps), "-filter_complex_threads", t]
-    audio_codec = ["-c:a", "aac", "-b:a", AUDIO_BITRATE, "-ac", "2"] if has_audio else []
+            "-filter_complex", _graph(probe, renditions, mp4, fps, sound), "-filter_complex_threads", t]
+    audio_codec = sound.args() if sound else []
     args += _hls_outputs(workdir / "hls", renditions, fps, has_audio, [*audio_codec, "-threads", t])
     # Progressive fallback, moov atom first so playback starts before the download ends.
     args += ["-map", "[vmp4]"] + (["-map", f"[a{len(renditions)}]"] if has_audio else [])
@@ -135,10 +139,10 @@ def plan(src: Path, workdir: Path, probe: Probe, *, threads: int) -> LadderPlan:
              *audio_codec, *ffmpeg.NO_METADATA, "-movflags", "+faststart", str(workdir / "video.mp4")]
     args += ["-map", "[vposter]", "-frames:v", "1", "-c:v", "mjpeg", "-q:v", "3", "-update", "1",
              str(workdir / "poster.jpg")]
-    return LadderPlan(renditions, mp4, fps, args, has_audio)
+    return LadderPlan(renditions, mp4, fps, args, sound)
 
 
-def _graph(probe: Probe, renditions: list[Rendition], mp4: Rendition, fps: float) -> str:
+def _graph(probe: Probe, renditions: list[Rendition], mp4: Rendition, fps: float, sound: aac.Aac | None) -> str:
     """Decode once, normalise once, split: [v<i>] per rendition, [vmp4],
     [vposter], and [a<i>] audio copies (one per rendition, one for the MP4)."""
     n = len(renditions)
@@ -147,10 +151,10 @@ def _graph(probe: Probe, renditions: list[Rendition], mp4: Rendition, fps: float
     graph.append(f"[s{n}]{scaled((mp4.width, mp4.height))}[vmp4]")
     graph.append(f"[s{n + 1}]select='gte(n\\,{poster_frame_index(probe, fps)})',"
                  f"scale={mp4.width}:{mp4.height},setsar=1[vposter]")
-    if probe.audio_index is not None:
+    if sound is not None:
         # async=1 stretches or pads audio to its timestamps, so gaps in the
         # source do not drift the sound away from the picture.
-        graph.append(f"[0:a:{probe.audio_index}]aresample=48000:async=1,asplit={n + 1}"
+        graph.append(f"[0:a:{probe.audio_index}]aresample={sound.sample_rate}:async=1,asplit={n + 1}"
                      + "".join(f"[a{i}]" for i in range(n + 1)))
     return ";".join(graph)
 
@@ -224,7 +228,7 @@ def segments_joined(segments: list[Path], to: Path) -> Path:
     return to
 
 
-def master_playlist_ensure(hls_dir: Path, renditions: list[Rendition], duration_s: float, has_audio: bool) -> None:
+def master_playlist_ensure(hls_dir: Path, renditions: list[Rendition], duration_s: float, audio_kbps: int) -> None:
     """ffmpeg writes no variant into the master playlist when a clip is too
     short for it to know a bitrate (under about a third of a second). Then we
     write it from what was produced: peak and average segment bitrates
@@ -236,7 +240,7 @@ def master_playlist_ensure(hls_dir: Path, renditions: list[Rendition], duration_
     for r in renditions:
         total = sum(p.stat().st_size for p in (hls_dir / r.name).glob("*.ts"))
         average = max(1, round(total * 8 / max(duration_s, 0.04)))
-        peak = max(average, (r.max_kbps + (128 if has_audio else 0)) * 1000)
+        peak = max(average, (r.max_kbps + audio_kbps) * 1000)
         lines += [f"#EXT-X-STREAM-INF:BANDWIDTH={peak},AVERAGE-BANDWIDTH={average},"
                   f"RESOLUTION={r.width}x{r.height}", f"{r.name}/index.m3u8"]
     master.write_text("\n".join(lines) + "\n")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pypdfium2
 from django.conf import settings
 
-from transcoding import ffmpeg, images, ladder, sandbox, storyboard
+from transcoding import aac, ffmpeg, images, ladder, sandbox, storyboard
 from transcoding.errors import MediaError, decoder_failure, reason
 from transcoding.probe import Probe
 from transcoding.produced import ProgressFn, Produced, kbps
@@ -28,7 +28,7 @@ def video(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> li
     ffmpeg.run(plan.args, duration_s=probe.duration_s, on_progress=on_progress,
                timeout_s=ffmpeg.timeout_for(probe.duration_s) * size_factor)
     hls = workdir / "hls"
-    ladder.master_playlist_ensure(hls, plan.renditions, probe.duration_s, plan.has_audio)
+    ladder.master_playlist_ensure(hls, plan.renditions, probe.duration_s, plan.sound.kbps if plan.sound else 0)
     ladder.master_playlist_start_mid_ladder(hls)
     for name in ["master.m3u8", *(f"{r.name}/index.m3u8" for r in plan.renditions)]:
         if not (hls / name).is_file():
@@ -60,13 +60,15 @@ def video(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> li
 
 
 def audio(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> list[Produced]:
-    """AAC in M4A and a waveform picture, from one run (one decode)."""
+    """AAC in M4A (never above the source: transcoding/aac.py) and a
+    waveform picture, from one run (one decode)."""
     t = str(settings.FAIRLANE_FFMPEG_THREADS)
-    graph = (f"[0:a:{probe.audio_index or 0}]aresample=48000:async=1,asplit=2[a][w];"
+    sound = aac.for_source(probe, stereo_max_kbps=aac.AUDIO_STEREO_MAX_KBPS)
+    graph = (f"[0:a:{probe.audio_index or 0}]aresample={sound.sample_rate}:async=1,asplit=2[a][w];"
              f"[w]aformat=channel_layouts=mono,showwavespic=s={WAVEFORM_SIZE}:colors=0x3b82f6[wave]")
     ffmpeg.run(
         ["-y", "-threads", t, *ffmpeg.input_args(src, probe.container), "-filter_complex", graph,
-         "-map", "[a]", "-c:a", "aac", "-b:a", "160k", "-ac", "2", *ffmpeg.NO_METADATA, "-movflags", "+faststart",
+         "-map", "[a]", *sound.args(), *ffmpeg.NO_METADATA, "-movflags", "+faststart",
          str(workdir / "audio.m4a"),
          "-map", "[wave]", "-frames:v", "1", "-c:v", "png", "-update", "1", str(workdir / "waveform.png")],
         duration_s=probe.duration_s, on_progress=on_progress,

@@ -147,6 +147,9 @@ class Probe:
     hdr_transfer: str | None = None  # smpte2084 (PQ) or arib-std-b67 (HLG)
     frames: int = 0
     audio_index: int | None = None  # which audio stream (among audio streams) to use
+    # That stream's bitrate, measured from its packets (headers often give
+    # none, or a nominal one): what the AAC made from it may not exceed.
+    audio_kbps: float | None = None
     animated: bool = False  # an animated GIF: an image that becomes an MP4 loop
 
     def as_json(self) -> dict:
@@ -157,6 +160,12 @@ class Probe:
         """The source's average frame rate, or DEFAULT_FPS when it gives none
         worth believing."""
         return self.fps if 0 < self.fps <= MAX_PLAUSIBLE_FPS else DEFAULT_FPS
+
+    @property
+    def audio_stream(self) -> StreamInfo | None:
+        """The audio stream in use (channels, sample rate), if any."""
+        audios = [s for s in self.streams if s.type == "audio"]
+        return audios[self.audio_index] if self.audio_index is not None and self.audio_index < len(audios) else None
 
     @property
     def display_size(self) -> tuple[int, int]:
@@ -396,8 +405,10 @@ def _probe_av(path: Path, limits: Limits) -> Probe:
         # How much of the timeline one packet may back, by stream.
         holds = {s.index: MAX_FRAME_REPEAT / min(probe.frame_rate, MAX_OUTPUT_FPS) if s is video
                  else MAX_AUDIO_PACKET_S for s in (video, audio) if s is not None}
-        contents = _scan_packets(container, holds)
+        contents = _scan_packets(container, holds, audio=audio)
         probe.frames, played = contents.frames, contents.played_s
+        if contents.audio_s > 0:
+            probe.audio_kbps = round(contents.audio_bytes * 8 / contents.audio_s / 1000, 1)
         if declared > 1.0 and played < TRUNCATED_BELOW * declared:
             raise MediaError("truncated", f"The file is cut off: it declares {declared:.1f} s but holds "
                                           f"only {played:.1f} s of media.")
@@ -460,13 +471,18 @@ class _Contents:
     frames: int = 0  # video packets
     played_s: float = 0.0  # where the media present ends
     backed_s: float = 0.0  # how much of that one stream's packets back (see MAX_FRAME_REPEAT)
+    audio_bytes: int = 0  # the audio stream's packets
+    audio_s: float = 0.0  # from its first packet to where its last ends
 
 
-def _scan_packets(container, holds: dict[int, float]) -> _Contents:
+def _scan_packets(container, holds: dict[int, float], *, audio=None) -> _Contents:
     """Read every packet of the streams in `holds` once. A stream's packets
     back the time between them up to the stream's hold each; in decode
-    order, so B-frames (whose times go back) back nothing new."""
+    order, so B-frames (whose times go back) back nothing new. The `audio`
+    stream's packets are also counted, for its bitrate."""
     contents = _Contents()
+    audio_index = audio.index if audio is not None else None
+    audio_first = None
     streams = [container.streams[i] for i in holds]
     start = {s.index: (s.start_time or 0) * s.time_base for s in streams}
     reached = dict.fromkeys(holds, 0.0)
@@ -484,6 +500,10 @@ def _scan_packets(container, holds: dict[int, float]) -> _Contents:
                 reached[index] = at
             stop = float((packet.pts + (packet.duration or 0)) * stream.time_base - start[index])
             contents.played_s = max(contents.played_s, stop)
+            if index == audio_index:
+                contents.audio_bytes += packet.size
+                audio_first = at if audio_first is None else min(audio_first, at)
+                contents.audio_s = max(contents.audio_s, stop - audio_first)
     except av.error.FFmpegError as exc:
         raise decoder_failure("truncated", f"The file is damaged or cut off: {reason(exc)}.", exc) from exc
     contents.backed_s = max(backed.values())

@@ -128,6 +128,7 @@ def test_the_master_names_the_audio_rendition_and_the_mp4_is_a_remux(chunked, so
     master = (final / "hls" / "master.m3u8").read_text()
     assert master.count("#EXT-X-STREAM-INF:") == 2 and master.count('AUDIO="audio"') == 2
     assert "#EXT-X-MEDIA:TYPE=AUDIO" in master and 'CODECS="avc1.64' in master
+    assert 'CHANNELS="1"' in master  # the source's sine is mono: so is its AAC (transcoding/aac.py)
     mp4 = video_facts(final / "video.mp4")
     assert (mp4["video_codec"], mp4["audio_codec"], mp4["display"], mp4["frames"]) == (
         "h264", "aac", (640, 360), SECONDS * FPS)
@@ -164,3 +165,12 @@ def test_continuity_counters_are_renumbered_across_joins(short_segments, source,
     assert continuity_breaks(joined(made, tmp_path / "before.ts")) > 0  # each chunk's muxer starts again at 0
     chunks.continuity_renumber(made)
     assert continuity_breaks(joined(made, tmp_path / "after.ts")) == 0
+
+
+def test_a_plan_stored_before_the_sound_followed_its_source_keeps_the_sound_of_its_time():
+    """A long video split before (its plan in the parent's media_info) has
+    parts still to run: they make the sound as its first parts did."""
+    stored = {"duration_s": 90.0, "fps": 25.0, "segment_frames": 100, "chunks": [[0, 8], [8, 15]],
+              "renditions": [{"name": "240p", "width": 426, "height": 240, "max_kbps": 400}], "mp4": "240p",
+              "has_audio": True}
+    assert chunks.ChunkPlan.from_json(stored).sound.args() == ["-c:a", "aac", "-b:a", "128k", "-ac", "2"]

@@ -223,3 +223,15 @@ def test_progress_is_reported_from_ffmpeg_while_the_ladder_runs(tmp_path: Path, 
     seen: list[int] = []
     pipelines.video(src, workdir, probe_file(src), seen.append)
     assert seen and seen == sorted(seen) and all(0 <= p <= 99 for p in seen), seen
+
+
+def test_a_videos_sound_never_carries_more_than_its_source(transcode, tmp_path: Path):
+    """A phone's mono 48 kbit/s sound stays mono at 48 kbit/s (it was
+    128 kbit/s stereo in every rendition and the MP4)."""
+    src = make_video(tmp_path / "phone.mp4", seconds=4, size="320x240", audio_args=("-c:a", "aac", "-b:a", "48k"))
+    out = transcode(src)
+    source, mp4 = probe_file(src), probe_file(out["mp4"][0])
+    assert mp4.audio_stream.channels == 1 and mp4.audio_kbps <= source.audio_kbps * 1.01, mp4.audio_kbps
+    # Each rendition's copy too (its packets measure 2.6 kbit/s more: MPEG-TS frames AAC in ADTS headers).
+    segment = probe_file(ladder.playlist_segments(out["hls"][0].parent / "240p" / "index.m3u8")[0])
+    assert segment.audio_stream.channels == 1 and segment.audio_kbps <= source.audio_kbps + 3, segment.audio_kbps
