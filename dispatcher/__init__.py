@@ -30,7 +30,11 @@ on, are read from here).
 
 The algorithm (start-time fair queueing, per lane)
 ---------------------------------------------------
-Each fairness key (a user, later maybe a tenant) has a FIFO backlog. Keys with
+Each fairness key (a user, later maybe a tenant) has a FIFO backlog (a
+list; a job that leaves from its middle, canceled or started after a reap,
+leaves a stale entry the release drops when it reaches it, so cancelling N
+jobs costs O(N), whatever the backlog's length: lua/_lib.lua,
+`push_backlog`). Keys with
 a backlog sit in a sorted set scored by virtual start time. Releasing takes the
 key with the smallest score, charges its head job
 

@@ -130,15 +130,17 @@ local function begin(keys)
   job_val, job_orig = {}, {}
 end
 
-local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl', 'lp'}
+-- sq: the lane's count of backlog entries ever pushed, which numbers each
+-- entry (see `push_backlog`).
+local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl', 'lp', 'sq'}
 -- A fairness key's fields: vt (its virtual time), w (weight), cap, rate
 -- ("tokens_per_s:burst"), bucket ("tokens:updated_at"), n (its jobs in
--- flight), pol (the settings "weight|cap|rate" as submit last applied them)
--- and b (the length of its backlog, kept beside the list so that a release
--- knows whether the key stays eligible without asking: LPUSH and RPUSH
--- answer with the length, which is stored as it is; LPOP, RPOP and LREM
--- count down).
-local KEY_FIELDS = {'vt', 'w', 'cap', 'rate', 'bucket', 'n', 'pol', 'b'}
+-- flight), pol (the settings "weight|cap|rate" as submit last applied them),
+-- b (the jobs waiting in its backlog, kept beside the list so that a release
+-- knows whether the key stays eligible without asking) and x (the list's
+-- stale entries: jobs that left from the middle of the backlog, which a
+-- release skips when it reaches them; see `leave_backlog`).
+local KEY_FIELDS = {'vt', 'w', 'cap', 'rate', 'bucket', 'n', 'pol', 'b', 'x'}
 
 -- One HMGET for whichever of the lane's numbers (`with_meta`), key k's
 -- fields (k may be nil) and the job fields `jobs` (H's names) the call has
@@ -231,12 +233,41 @@ local function weight(k) return tonumber(key(k).w) or 1 end
 local function cap_of(k) return tonumber(key(k).cap) or 0 end
 local function in_flight_of(k) return tonumber(key(k).n) or 0 end
 local function backlog_of(k) return tonumber(key(k).b) or 0 end
-local function set_backlog(k, n) kset(k, 'b', n > 0 and string.format('%d', n) or false) end
--- Job `id` joins key k's backlog, at the front or the back; its new length is kept.
-local function push_backlog(k, id, front)
-  local length = redis.call(front and 'LPUSH' or 'RPUSH', backlog(k), id)
-  set_backlog(k, length)
-  return length
+local function stale_of(k) return tonumber(key(k).x) or 0 end
+local function set_stale(k, n) kset(k, 'x', n > 0 and string.format('%d', n) or false) end
+-- The jobs waiting in key k's backlog are `n` now. When none is left, the
+-- list holds stale entries at most: it goes (one DEL, only then).
+local function set_backlog(k, n)
+  kset(k, 'b', n > 0 and string.format('%d', n) or false)
+  if n <= 0 and stale_of(k) > 0 then
+    redis.call('DEL', backlog(k))
+    set_stale(k, 0)
+  end
+end
+-- A backlog entry is "<job id>|<g>": g numbers every entry ever pushed in the
+-- lane (sq), and a job's record holds its live entry's g. An entry whose job
+-- has no record, is not held, or holds another g is stale: its job left
+-- from the middle of the backlog (canceled, or started or finished while a
+-- reap had put it back), which costs O(1), not the LREM of a list of any
+-- length, and the release that reaches the entry drops it. The number, not
+-- a check of `inflight`, tells a job's live entry from an older one (a job
+-- canceled and then submitted again has both; a release leaves the record
+-- as it is, so the record alone could not).
+local function entry_of(id, g) return id .. '|' .. g end
+local function entry_parts(entry)
+  local id, g = string.match(entry, '^(.*)|(%d+)$')
+  return id, tonumber(g)
+end
+-- Job `id` (its record `job`, saved by the caller) joins key k's backlog, at
+-- the front or the back, under a new entry number. Returns the key's waiting jobs.
+local function push_backlog(k, id, job, front)
+  local g = (tonumber(M().sq) or 0) + 1
+  mset('sq', string.format('%d', g))
+  job.g = g
+  redis.call(front and 'LPUSH' or 'RPUSH', backlog(k), entry_of(id, g))
+  local n = backlog_of(k) + 1
+  set_backlog(k, n)
+  return n
 end
 
 -- A field to write (or, false, to delete) when the call ends.
@@ -337,10 +368,12 @@ local function untrack_if_empty(k)
   end
 end
 
--- A held job leaves its key's backlog from wherever it is in it. LREM is
--- O(backlog), acceptable because only admin actions and stray workers get here.
-local function leave_backlog(id, k)
-  set_backlog(k, backlog_of(k) - redis.call('LREM', backlog(k), 1, id))
+-- A held job leaves its key's backlog from wherever it is in it: its entry
+-- stays, stale (the caller forgets the record or changes its state), and a
+-- release drops it when it reaches it. O(1) whatever the backlog's length.
+local function leave_backlog(k)
+  set_stale(k, stale_of(k) + 1)
+  set_backlog(k, backlog_of(k) - 1)
   untrack_if_empty(k)
 end
 
@@ -377,7 +410,7 @@ local function in_flight(id) return redis.call('ZSCORE', INFLIGHT, id) ~= false 
 
 -- Back to the front of its backlog: it was first in line when it left.
 local function put_back(id, job)
-  push_backlog(job.k, id, true)
+  push_backlog(job.k, id, job, true)
   job.s = 'held'
   save_job(id, job)
   activate(job.k)
@@ -388,7 +421,7 @@ local function drop_waiting(id, job)
   if job.s == 'delayed' then
     redis.call('ZREM', DELAYED, id)
   else
-    leave_backlog(id, job.k)
+    leave_backlog(job.k)
   end
 end
 
@@ -491,8 +524,8 @@ local function promote_due(now)
       job.f = nil
       job.r = 1
     end
-    push_backlog(job.k, id, front)
     job.s = 'held'
+    push_backlog(job.k, id, job, front)
     save_job(id, job)
     activate(job.k)
   end
@@ -528,12 +561,23 @@ local function send(id, k, finish, payload, job_tag, now, lease_s)
   return message
 end
 
--- The head of key k's backlog, popped, with its record and message read in
--- the same HMGET as the key's fields when the call has not read them yet.
+-- The head of key k's backlog, popped (its id and entry), with its record
+-- and message read in the same HMGET as the key's fields when the call has
+-- not read them yet. Stale entries on the way are dropped (see
+-- `push_backlog`); nil when the list has no live one (b was wrong).
 local function pop_job(k)
-  local id = redis.call('LPOP', backlog(k))
-  prefetch(false, k, {record_field(id), payload_field(id)})
-  return id
+  while true do
+    local entry = redis.call('LPOP', backlog(k))
+    if not entry then return nil end
+    local id, g = entry_parts(entry)
+    prefetch(false, k, {record_field(id), payload_field(id)})
+    local raw = job_val[record_field(id)]
+    if raw then
+      local job = cjson.decode(raw)
+      if job.s == 'held' and job.g == g then return id, entry end
+    end
+    set_stale(k, stale_of(k) - 1)
+  end
 end
 
 -- Start-time fair queueing: the eligible key with the smallest virtual start
@@ -561,14 +605,20 @@ local function release(now_arg, lease_s, default_window, headroom, limit)
     local head = redis.call('ZRANGE', ACTIVE, 0, 0, 'WITHSCORES')
     if #head == 0 then break end
     local k = head[1]
-    -- A key whose fields the call has not read yet: its next job is popped
-    -- first, so that one HMGET reads the key's fields and the job's record
-    -- and message; it goes back to the front if the key cannot go (at its
-    -- cap, out of tokens: only keys with a cap or a rate).
-    local id
-    if not key_cache[k] then id = pop_job(k) end
-    local parked = at_cap(k)
-    if parked then
+    -- Its next job is popped first (stale entries on the way dropped), so
+    -- that one HMGET reads the key's fields, if the call has not yet, and
+    -- the job's record and message; it goes back to the front if the key
+    -- cannot go (at its cap, out of tokens: only keys with a cap or a rate).
+    local id, entry = pop_job(k)
+    local parked = false
+    if not id then
+      -- The list ran out of live entries while b said there were some:
+      -- b is set right and the key leaves `active`, rather than stall it.
+      parked = true
+      set_backlog(k, 0)
+      untrack_if_empty(k)
+    elseif at_cap(k) then
+      parked = true
       redis.call('ZREM', ACTIVE, k)
       redis.call('SADD', CAPPED, k)
     else
@@ -581,9 +631,8 @@ local function release(now_arg, lease_s, default_window, headroom, limit)
       end
     end
     if parked then
-      if id then redis.call('LPUSH', backlog(k), id) end  -- pop_job left b as it was
+      if entry then redis.call('LPUSH', backlog(k), entry) end  -- pop_job left b as it was
     else
-      if not id then id = pop_job(k) end
       local left = backlog_of(k) - 1
       set_backlog(k, left)
       local job = cjson.decode(job_val[record_field(id)])
@@ -703,9 +752,20 @@ local function submit(a, direct)
   if direct and backlog_of(k) == 0 then
     local message = release_direct(id, k, cost, payload, first_tag, a[9], tonumber(a[12]),
                                    tonumber(a[13]), tonumber(a[14]))
-    if message then return 1, false, message end
+    if message then
+      -- Numbered as the entry it skipped would have been: the record is the
+      -- same whichever way the job was released.
+      local job = cjson.decode(record)
+      job.g = (tonumber(M().sq) or 0) + 1
+      mset('sq', string.format('%d', job.g))
+      save_job(id, job)
+      return 1, false, message
+    end
   end
-  if push_backlog(k, id, false) == 1 then
+  local job = cjson.decode(record)
+  local waiting = push_backlog(k, id, job, false)
+  save_job(id, job)
+  if waiting == 1 then
     -- The backlog was empty, so the key was in none of active, capped and
     -- throttled (the invariant above `activate`): it activates.
     redis.call('ZADD', ACTIVE, fmt(math.max(vt_of(k), vclock())), k)

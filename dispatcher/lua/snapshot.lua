@@ -18,7 +18,7 @@ end
 
 local keys, held = {}, 0
 for k, state in pairs(states) do
-  local n = redis.call('LLEN', backlog(k))
+  local n = backlog_of(k)
   held = held + n
   keys[k] = {
     state = state, backlog = n, in_flight = in_flight_of(k),

@@ -12,7 +12,7 @@ prefetch(true, nil, {record_field(id)})  -- the record and the lane's numbers in
 local job = load_job(id)
 if not job or job.s == 'delayed' or job.r then return 0 end
 if job.s == 'held' and not in_flight(id) then
-  leave_backlog(id, job.k)
+  leave_backlog(job.k)  -- its entry is stale once the record says running
   set_in_flight(job.k, in_flight_of(job.k) + 1)
   count_flight(1)
 end

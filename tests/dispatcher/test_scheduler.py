@@ -471,3 +471,28 @@ def test_a_finish_that_names_its_job_s_key_reads_redis_once_less(sched, redis_cl
     assert reads() == (3, ["u-4"])
     assert reads(key="someone-else") == (3, ["u-5"])
     assert sched.snapshot(now=0)["keys"]["u"]["in_flight"] == 3
+
+
+def test_a_canceled_job_is_never_released_and_one_submitted_again_once(sched, redis_client):
+    """Cancel leaves a stale entry in the middle of the backlog; the job
+    submitted again (a retry) gets a live one at the back. The release
+    drops the stale entry when it reaches it and releases the job once,
+    from its new place; once nothing is waiting, the list goes."""
+    submit_many(sched, "alice", 5)
+    assert sched.cancel("alice-1") and sched.cancel("alice-3")
+    assert sched.snapshot()["keys"]["alice"]["backlog"] == 3
+    assert sched.submit("alice-1", "alice", payload="again")
+    released = Workers(sched).run(10)
+    for job_id in released:
+        sched.finish(job_id, now=0)
+    assert released == ["alice-0", "alice-2", "alice-4", "alice-1"]
+    assert not redis_client.exists(sched.prefix + "q:alice")
+    assert sched.snapshot()["keys"] == {}
+
+
+def test_a_backlog_of_only_stale_entries_goes_at_once(sched, redis_client):
+    submit_many(sched, "bob", 3)
+    for job_id in ("bob-0", "bob-1", "bob-2"):
+        assert sched.cancel(job_id)
+    assert not redis_client.exists(sched.prefix + "q:bob")
+    assert sched.release(now=0) == [] and sched.snapshot()["totals"]["active_keys"] == 0

@@ -80,6 +80,7 @@ class Job:
     handed_back: bool = False  # job.r
     front: bool = False  # job.f
     tag: str | None = None  # job.t: the submitter's tag for the next release's message id
+    g: int | None = None  # job.g: the number of its live backlog entry (the last one pushed)
     # What job.t holds while the job is released or running: the tag its
     # release used (a release leaves the record as it is), until reap or
     # requeue drops it.
@@ -98,7 +99,13 @@ class Model:
     release_lease_s: float
     run_lease_s: float
     jobs: dict[str, Job] = field(default_factory=dict)
-    backlogs: dict[str, list[str]] = field(default_factory=dict)
+    # Each key's list as Redis holds it: (job, entry number), stale entries
+    # included (jobs that left from the middle); `waiting` counts the live
+    # ones (b), `stale` the others (x), and `sq` numbers every entry pushed.
+    backlogs: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    waiting: dict[str, int] = field(default_factory=dict)
+    stale: dict[str, int] = field(default_factory=dict)
+    sq: int = 0
     active: dict[str, float] = field(default_factory=dict)  # key -> virtual start time
     capped: set[str] = field(default_factory=set)
     throttled: dict[str, float] = field(default_factory=dict)  # key -> when a token is due
@@ -122,19 +129,63 @@ class Model:
 
     # --- _lib.lua --------------------------------------------------------------
 
-    def backlog(self, key: str) -> list[str]:
+    def raw(self, key: str) -> list[tuple[str, int]]:
         return self.backlogs.setdefault(key, [])
+
+    def live(self, job_id: str, g: int) -> bool:
+        job = self.jobs.get(job_id)
+        return job is not None and job.state == "held" and job.g == g
+
+    def backlog(self, key: str) -> list[str]:
+        """The jobs waiting in the key's backlog, in order."""
+        return [job_id for job_id, g in self.raw(key) if self.live(job_id, g)]
+
+    def set_waiting(self, key: str, n: int) -> None:
+        if n > 0:
+            self.waiting[key] = n
+            return
+        self.waiting.pop(key, None)
+        if self.stale.get(key, 0) > 0:  # only stale entries are left: the list goes
+            self.backlogs[key] = []
+            self.stale.pop(key)
+
+    def set_stale(self, key: str, n: int) -> None:
+        if n > 0:
+            self.stale[key] = n
+        else:
+            self.stale.pop(key, None)
+
+    def push(self, key: str, job_id: str, front: bool) -> None:
+        self.sq += 1
+        self.jobs[job_id].g = self.sq
+        self.raw(key).insert(0, (job_id, self.sq)) if front else self.raw(key).append((job_id, self.sq))
+        self.set_waiting(key, self.waiting.get(key, 0) + 1)
+
+    def leave(self, key: str) -> None:
+        """A held job leaves from the middle: its entry stays, stale."""
+        self.set_stale(key, self.stale.get(key, 0) + 1)
+        self.set_waiting(key, self.waiting.get(key, 0) - 1)
+        self.untrack_if_empty(key)
+
+    def pop(self, key: str) -> tuple[str, int] | None:
+        raw = self.raw(key)
+        while raw:
+            job_id, g = raw.pop(0)
+            if self.live(job_id, g):
+                return job_id, g
+            self.set_stale(key, self.stale.get(key, 0) - 1)
+        return None
 
     def tracked(self, key: str) -> bool:
         return key in self.active or key in self.capped or key in self.throttled
 
     def activate(self, key: str) -> None:
-        if self.tracked(key) or not self.backlog(key):
+        if self.tracked(key) or not self.waiting.get(key):
             return
         self.active[key] = max(self.vt.get(key, 0.0), self.V)
 
     def untrack_if_empty(self, key: str) -> None:
-        if not self.backlog(key):
+        if not self.waiting.get(key):
             self.active.pop(key, None)
             self.capped.discard(key)
             self.throttled.pop(key, None)
@@ -156,8 +207,8 @@ class Model:
 
     def put_back(self, job_id: str) -> None:
         job = self.jobs[job_id]
-        self.backlog(job.key).insert(0, job_id)
         job.state = "held"
+        self.push(job.key, job_id, front=True)
         self.activate(job.key)
 
     def drop_waiting(self, job_id: str) -> None:
@@ -165,8 +216,7 @@ class Model:
         if job.state == "delayed":
             del self.delayed[job_id]
         else:
-            self.backlog(job.key).remove(job_id)
-            self.untrack_if_empty(job.key)
+            self.leave(job.key)
 
     def take_token(self, key: str, now: float) -> float:
         if key not in self.rate:
@@ -192,12 +242,11 @@ class Model:
                              key=lambda j: (self.delayed[j], j)):
             del self.delayed[job_id]
             job = self.jobs[job_id]
+            front = job.front
             if job.front:
                 job.front, job.handed_back = False, True
-                self.backlog(job.key).insert(0, job_id)
-            else:
-                self.backlog(job.key).append(job_id)
             job.state = "held"
+            self.push(job.key, job_id, front=front)
             self.activate(job.key)
         for key in sorted((k for k, ready in self.throttled.items() if ready <= now),
                           key=lambda k: (self.throttled[k], k)):
@@ -213,21 +262,29 @@ class Model:
         tag = str(math.floor(now * 1e6))
         while room > 0 and self.active:
             key = min(self.active, key=lambda k: (self.active[k], k))
+            entry = self.pop(key)  # first, stale entries on the way dropped
+            if entry is None:  # no live entry though `waiting` said so: set right
+                self.set_waiting(key, 0)
+                self.untrack_if_empty(key)
+                continue
             if self.cap.get(key, 0) > 0 and self.inflight_n.get(key, 0) >= self.cap[key]:
                 del self.active[key]
                 self.capped.add(key)
+                self.raw(key).insert(0, entry)
                 continue
             wait = self.take_token(key, now)
             if wait > 0:
                 del self.active[key]
                 self.throttled[key] = now + wait
+                self.raw(key).insert(0, entry)
                 continue
-            job_id = self.backlog(key).pop(0)
+            job_id = entry[0]
+            self.set_waiting(key, self.waiting[key] - 1)
             job = self.jobs[job_id]
             start = max(self.vt.get(key, 0.0), self.V)
             finish = start + job.cost / self.weight.get(key, 1.0)
             self.V, self.vt[key] = start, finish
-            if self.backlog(key):
+            if self.waiting.get(key):
                 self.active[key] = finish
             else:
                 del self.active[key]
@@ -259,7 +316,7 @@ class Model:
             self.delayed[job_id] = due
         else:
             self.jobs[job_id] = Job(key, cost, "held", payload, tag=tag or None)
-            self.backlog(key).append(job_id)
+            self.push(key, job_id, front=False)
             self.activate(key)
         return True
 
@@ -286,8 +343,7 @@ class Model:
         if job is None or job.state == "delayed" or job.handed_back:
             return False
         if job.state == "held":  # reaped while its message was on its way: it runs now
-            self.backlog(job.key).remove(job_id)
-            self.untrack_if_empty(job.key)
+            self.leave(job.key)
             self.inflight_n[job.key] = self.inflight_n.get(job.key, 0) + 1
         self.inflight[job_id] = now + self.run_lease_s
         job.state = "running"
@@ -555,6 +611,15 @@ class SchedulerMachine(RuleBasedStateMachine):
                 == self.model.holding(token, job_ids, self.now, every_s))
 
     @rule()
+    def clear(self):
+        """Everything the lane held goes (the reconciler's rebuild after
+        Redis lost data): backlogs with their stale entries, counts, leases."""
+        self.sched.clear()
+        self.client.delete(QUEUE)
+        self.model = Model(self.sched.release_lease_s, self.sched.run_lease_s)
+        self.last_v = 0.0
+
+    @rule()
     def health(self):
         assert self.sched.health(now=self.now) == self.model.health(self.now)
 
@@ -602,15 +667,19 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert records == {
             i: {"k": j.key, "c": j.cost, "s": "held" if j.state == "released" else j.state,
                 **({"r": 1} if j.handed_back else {}), **({"f": 1} if j.front else {}),
-                **({"t": t} if (t := j.tag or j.spent_tag) else {})}
+                **({"t": t} if (t := j.tag or j.spent_tag) else {}), **({"g": j.g} if j.g is not None else {})}
             for i, j in m.jobs.items()
         }
         payloads = {text(f)[1:]: text(body) for f, body in jobs.items() if text(f).startswith("p")}
         assert payloads == {i: j.payload for i, j in m.jobs.items()}
-        assert {key: list(map(text, q)) for key, q in zip(KEYS, backlogs)} == {key: m.backlog(key) for key in KEYS}
-        # Each key's backlog length kept beside its list is the list's.
-        assert {k: int(f["b"]) for k, f in per_key.items() if "b" in f} == {
-            key: len(q) for key, q in zip(KEYS, backlogs) if q}
+        assert {key: list(map(text, q)) for key, q in zip(KEYS, backlogs)} == {
+            key: [f"{i}|{g}" for i, g in m.raw(key)] for key in KEYS}
+        # The waiting jobs counted beside each list are its live entries (a
+        # job counted once whatever stale entries it has), the rest are stale.
+        assert {k: int(f["b"]) for k, f in per_key.items() if "b" in f} == m.waiting == {
+            key: len(m.backlog(key)) for key in KEYS if m.backlog(key)}
+        assert {k: int(f["x"]) for k, f in per_key.items() if "x" in f} == m.stale
+        assert all(m.stale.get(key, 0) == len(m.raw(key)) - len(m.backlog(key)) for key in KEYS)
         assert scored(active) == m.active
         assert {text(k) for k in capped} == m.capped
         assert scored(throttled) == m.throttled
@@ -631,10 +700,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert {k: tuple(map(float, f["bucket"].split(":"))) for k, f in per_key.items() if "bucket" in f} == m.bucket
 
         # Contract checks that do not rely on the model being right.
-        places = [*m.delayed, *m.inflight, *(j for q in m.backlogs.values() for j in q)]
+        places = [*m.delayed, *m.inflight, *(j for key in KEYS for j in m.backlog(key))]
         assert sorted(places) == sorted(m.jobs), "a job in no place or in two"
         for key in KEYS:
-            assert (key in m.active) + (key in m.capped) + (key in m.throttled) == (1 if m.backlog(key) else 0)
+            assert (key in m.active) + (key in m.capped) + (key in m.throttled) == (1 if m.waiting.get(key) else 0)
         assert m.V >= self.last_v, "the virtual clock went back"
         self.last_v = m.V
         for key, cap in m.cap.items():
