@@ -45,6 +45,7 @@ import dispatcher
 import media
 from project.dbclock import db_now
 from project.lanes import Lane
+from uploads import limits
 from uploads import services as job_services
 from uploads.attempts import Attempt, job_attempt_run
 from uploads.errors import JobError
@@ -73,11 +74,13 @@ class Entry:
 
 def export_create(*, owner: AbstractBaseUser, batch: uuid.UUID) -> Job:
     """Queue an export of `batch`, which must be one of `owner`'s (404 otherwise,
-    so nobody learns which batches exist)."""
+    so nobody learns which batches exist), within the owner's max_queued_jobs
+    (429 otherwise: uploads/limits.py)."""
     if not Upload.objects.filter(owner=owner, batch=batch).exists():
         raise Http404("No such batch.")
     size = sum(o.size for job in _batch_jobs(owner_id=owner.pk, batch=batch) for o in job.outputs.all())
     with transaction.atomic():
+        limits.queued_jobs_check(adding={owner.pk: 1})
         job = Job(owner=owner, kind=Job.Kind.EXPORT, batch=batch, lane=Lane.CPU_TRANSCODE,
                   queued_at=db_now(), cost_estimate=max(0.05, size / EXPORT_BYTES_PER_COST_SECOND))
         job.task_id = str(job.id)

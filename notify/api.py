@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from notify import selectors, services
 from notify.events import SUBSCRIBABLE
+from uploads import throttling
 from uploads.api_schema import errors
 from notify.models import Delivery, DeliveryAttempt, Endpoint
 
@@ -66,7 +67,8 @@ class EndpointListCreateApi(APIView):
     @extend_schema(operation_id="webhooks_create", request=EndpointCreateSerializer,
                    responses={201: EndpointCreatedSerializer},
                    description="Register a webhook endpoint. 400 with `invalid_events`, or a `url_*` code when "
-                               "the URL is not allowed (scheme, port, credentials, a non-public address).")
+                               "the URL is not allowed (scheme, port, credentials, a non-public address); 429 "
+                               "`too_many_endpoints` past your plan's number of endpoints.")
     def post(self, request: Request) -> Response:
         params = EndpointCreateSerializer(data=request.data)
         params.is_valid(raise_exception=True)
@@ -103,6 +105,8 @@ class EndpointDeliveriesApi(ListAPIView):
 
 
 class DeliveryReplayApi(APIView):
+    throttle_scope = throttling.REPLAY  # a request to a receiver: a rate of its own (uploads/throttling.py)
+
     @extend_schema(operation_id="webhooks_deliveries_replay", request=None,
                    responses={202: DeliverySerializer, **errors(409)},
                    description="Deliver the event of an ended delivery (succeeded, failed or canceled) to the "

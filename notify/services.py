@@ -66,6 +66,7 @@ from notify.selectors import preferences_for_user
 from project import metrics, plans
 from project.dbclock import db_now
 from project.lanes import Lane
+from uploads import limits
 from uploads.errors import ApplicationError
 from uploads.lifecycle import JobFinished
 from uploads.models import Batch, Job
@@ -361,16 +362,24 @@ def _validated_events(events) -> list[str]:
 
 def endpoint_create(*, owner: AbstractBaseUser, url: str, events, resolver: ssrf.Resolver | None = None) -> Endpoint:
     """Register a webhook endpoint after checking its URL reaches only public
-    addresses (checked again before every delivery). The caller shows the
+    addresses (checked again before every delivery), within the owner's
+    plan's max_webhook_endpoints (429 too_many_endpoints: every event is a
+    delivery per endpoint, held in Redis until sent). The caller shows the
     returned secret once."""
     events = _validated_events(events)
     if not isinstance(url, str):
         raise ApplicationError("url_invalid", "url must be a string.")
     try:
-        ssrf.check_url(url, resolver=resolver)
+        ssrf.check_url(url, resolver=resolver)  # DNS: before the lock, which is held for two statements
     except ssrf.UnsafeURLError as exc:
         raise ApplicationError(exc.code, exc.message) from None
-    return Endpoint.objects.create(owner=owner, url=url, events=events, secret=signing.secret_generate())
+    with transaction.atomic():
+        limits.owner_lock([owner.pk])
+        limits.refuse_over(code="too_many_endpoints", limit=limits.limits_for(user_id=owner.pk).webhook_endpoints,
+                           count=Endpoint.objects.filter(owner=owner).count(), adding=1,
+                           message="Your plan's limit on webhook endpoints is {limit:,} and you have {count:,}; "
+                                   "delete one first.")
+        return Endpoint.objects.create(owner=owner, url=url, events=events, secret=signing.secret_generate())
 
 
 def endpoint_delete(*, endpoint: Endpoint) -> None:

@@ -1,5 +1,6 @@
 """The bounds of a fair-share plan: a user's (uploads.Profile: weight, caps,
-notify rate) and a webhook endpoint's rate limit (notify.Endpoint).
+notify rate, and the per-user limits of uploads/limits.py) and a webhook
+endpoint's rate limit (notify.Endpoint).
 
 Checked where plans are edited (these validators, which the admin's forms
 run, and database constraints built from the same bounds) and again where
@@ -20,6 +21,13 @@ Why these bounds:
   dispatcher refuses a rate <= 0 or a burst < 1 (a ValueError on every
   enqueue, which aborted the reconcilers for every row after it).
 - every float finite: NaN passes every comparison's "not less than".
+- limits (uploads/limits.py) >= 1, or empty for the setting's default: 0
+  would shut the user out of what it bounds, which is a ban, not a plan.
+  Their highest values keep one user's share of what everyone shares
+  small: a million queued or scheduled jobs is about 2 GiB of the
+  dispatcher's Redis (~2.1 KB each); 1,000 webhook endpoints make 1,000
+  deliveries of every event; 100,000 uploads and 1 TiB in progress; an API
+  rate of 100,000 a minute is more than one web host serves.
 """
 from __future__ import annotations
 
@@ -35,6 +43,11 @@ WEIGHT_MIN, WEIGHT_MAX = 0.01, 100.0
 RATE_MIN, RATE_MAX = 0.01, 10_000.0
 BURST_MIN, BURST_MAX = 1, 10_000
 CAP_MIN, CAP_MAX = 1, 10_000
+QUEUED_JOBS_MIN, QUEUED_JOBS_MAX = 1, 1_000_000
+ENDPOINTS_MIN, ENDPOINTS_MAX = 1, 1_000
+PENDING_UPLOADS_MIN, PENDING_UPLOADS_MAX = 1, 100_000
+PENDING_BYTES_MIN, PENDING_BYTES_MAX = 1, 1024**4
+API_RATE_MIN, API_RATE_MAX = 1, 100_000  # requests a minute
 
 
 def validate_finite(value: float) -> None:

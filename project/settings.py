@@ -143,9 +143,15 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 FAIRLANE_UPLOAD_PART_BYTES = int(os.environ.get("FAIRLANE_UPLOAD_PART_BYTES", str(16 * 1024**2)))
 # Uploads a user may have in progress (started, not yet claimed into a
 # batch: a 2,000-file drop fits) and the bytes they may hold (declared, or
-# what a deferred length's part URLs were signed for).
+# what a deferred length's part URLs were signed for). The defaults of the
+# plan's own limits (uploads/limits.py), as are the next.
 FAIRLANE_MAX_PENDING_UPLOADS = int(os.environ.get("FAIRLANE_MAX_PENDING_UPLOADS", "5000"))
 FAIRLANE_MAX_USER_PENDING_BYTES = int(os.environ.get("FAIRLANE_MAX_USER_PENDING_BYTES", str(8 * 1024**3)))
+# Jobs a user may have queued, scheduled or running at once. The dispatcher
+# holds each in Redis until it runs (~2.1 KB): 10,000 is ~21 MB of a
+# `noeviction` Redis per user at most, and takes two full claims of
+# FAIRLANE_MAX_PENDING_UPLOADS, or five 2,000-file drops, at once.
+FAIRLANE_MAX_QUEUED_JOBS = int(os.environ.get("FAIRLANE_MAX_QUEUED_JOBS", "10000"))
 # An upload not claimed by then is given up (410 from then on); its row
 # stays as a tombstone this much longer, so late requests learn why.
 FAIRLANE_UPLOAD_EXPIRE_S = int(os.environ.get("FAIRLANE_UPLOAD_EXPIRE_S", str(24 * 3600)))
@@ -478,7 +484,26 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "uploads.api_errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "uploads.api_schema.AutoSchema",  # adds the common error answers
+    # Requests a minute per user and route class, from the user's plan
+    # (below), shared by every web host through Redis (uploads/throttling.py).
+    "DEFAULT_THROTTLE_CLASSES": ["uploads.throttling.PlanRateThrottle"],
+    # Anonymous requests are counted by address: the client's as the last
+    # of this many proxies in front of the web hosts saw it (X-Forwarded-For),
+    # or REMOTE_ADDR with 0, so a client cannot pick its own.
+    "NUM_PROXIES": int(os.environ.get("FAIRLANE_API_PROXIES", "0")),
 }
+# The defaults of each plan's API rates, requests a minute (uploads/throttling.py).
+# The upload page polls at most ~3 reads a second while files move (its
+# lists every 1 s, its batches every 2 s), so one user's four open pages fit
+# under the reads; a 2,000-file drop is a few requests (one create per 500
+# files, a claim) but a reload resumes each file with one read.
+FAIRLANE_API_READS_PER_MIN = int(os.environ.get("FAIRLANE_API_READS_PER_MIN", "1200"))
+FAIRLANE_API_WRITES_PER_MIN = int(os.environ.get("FAIRLANE_API_WRITES_PER_MIN", "300"))
+FAIRLANE_API_UPLOADS_PER_MIN = int(os.environ.get("FAIRLANE_API_UPLOADS_PER_MIN", "1200"))
+# A replay sends a request to a receiver of the user's choosing.
+FAIRLANE_API_REPLAYS_PER_MIN = int(os.environ.get("FAIRLANE_API_REPLAYS_PER_MIN", "60"))
+# Anonymous requests (the schema and its docs page; everything else needs a user), per address.
+FAIRLANE_API_ANON_PER_MIN = int(os.environ.get("FAIRLANE_API_ANON_PER_MIN", "60"))
 # The OpenAPI 3 schema (/api/schema/) is generated from the views; its docs
 # page (/api/docs/, Swagger UI) is served from our static files. Public: the
 # schema describes the API, it holds no user data.
@@ -677,6 +702,19 @@ NOTIFY_WEBHOOK_BURST = int(os.environ.get("NOTIFY_WEBHOOK_BURST", "10"))
 # receiver: at 20 ms a delivery, 16 in flight is 800 deliveries/s, well past
 # a worker's ~100/s (README, bench-notify).
 NOTIFY_USER_CAP = int(os.environ.get("NOTIFY_USER_CAP", "16"))
+# Webhook endpoints a user may register. Every event becomes a delivery
+# per endpoint, held in Redis until sent: 10 keeps a batch of 500 files to
+# at most 5,010 deliveries (issue 32's review: 1,000 endpoints made one
+# job's ending 1,000 deliveries, 1.6 MiB of Redis).
+NOTIFY_MAX_WEBHOOK_ENDPOINTS = int(os.environ.get("NOTIFY_MAX_WEBHOOK_ENDPOINTS", "10"))
+# Like a plan's own limits (project/plans.py), the defaults are at least 1:
+# 0 would shut every user without a plan out.
+if min(FAIRLANE_API_READS_PER_MIN, FAIRLANE_API_WRITES_PER_MIN, FAIRLANE_API_UPLOADS_PER_MIN,
+       FAIRLANE_API_REPLAYS_PER_MIN, FAIRLANE_API_ANON_PER_MIN, FAIRLANE_MAX_QUEUED_JOBS,
+       FAIRLANE_MAX_PENDING_UPLOADS, FAIRLANE_MAX_USER_PENDING_BYTES, NOTIFY_MAX_WEBHOOK_ENDPOINTS) < 1:
+    raise ImproperlyConfigured("the per-user limits (FAIRLANE_API_*_PER_MIN, FAIRLANE_MAX_QUEUED_JOBS, "
+                               "FAIRLANE_MAX_PENDING_UPLOADS, FAIRLANE_MAX_USER_PENDING_BYTES, "
+                               "NOTIFY_MAX_WEBHOOK_ENDPOINTS) must be at least 1")
 # The defaults obey what plans must (project/plans.py): to the dispatcher a
 # cap of 0 means no cap, to the rate limit a rate of 0 means no limit.
 if NOTIFY_USER_CAP < 1 or not NOTIFY_WEBHOOK_RATE_PER_S > 0 or NOTIFY_WEBHOOK_BURST < 1:

@@ -46,6 +46,27 @@ def redis_client(redis_url: str) -> redis.Redis:
 
 
 @pytest.fixture(autouse=True)
+def _api_rates_fresh():
+    """Each test starts with no API request counted against anyone's rate
+    (uploads/throttling.py): user ids come back in every test on SQLite, and
+    the run's Redis outlives them, so one test's requests would otherwise
+    count against the next test's user of the same id."""
+    from django.conf import settings
+
+    from uploads.throttling import KEY_PREFIX
+
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        keys = list(client.scan_iter(match=f"{KEY_PREFIX}*", count=1000))
+        if keys:
+            client.delete(*keys)
+    except redis.RedisError:  # a test of a Redis outage: nothing could have been counted
+        pass
+    finally:
+        client.close()
+
+
+@pytest.fixture(autouse=True)
 def _workers_settle(request):
     """After a test that ran real workers, wait (briefly, bounded) until
     they have stopped writing: no job running, no delivery being sent,

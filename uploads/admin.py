@@ -1,5 +1,6 @@
 from collections import Counter
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
@@ -11,17 +12,35 @@ from django_celery_results.admin import TaskResultAdmin
 from django_celery_results.models import TaskResult
 from rest_framework.authtoken.models import Token, TokenProxy
 
-from uploads import services
+from uploads import limits, services
 from uploads.admin_records import RecordAdmin, RecordInline, compact_time, created, cut, short_id
+from uploads.errors import ApplicationError
 from uploads.facts import bytes_text, duration_text
 from uploads.models import Job, JobAttempt, Output, Profile, Upload
 
 
-class ProfileInline(admin.StackedInline):
+class PlanForm:
+    """A plan's form: the user's share of the workers, then their limits on
+    what users share (uploads/limits.py), each saying the default an empty
+    value means now."""
+
+    PLAN_FIELDSETS = [(None, {"fields": list(Profile.PLAN_FIELDS)}),
+                      ("Limits (empty: the default)", {"fields": list(limits.DEFAULTS)})]
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name in limits.DEFAULTS:
+            field.help_text = f"{field.help_text} Now {getattr(settings, limits.DEFAULTS[db_field.name]):,}."
+        return field
+
+
+class ProfileInline(PlanForm, admin.StackedInline):
+    """The user's plan, on the user's own admin page."""
+
     model = Profile
     can_delete = False
     verbose_name = "fair-share plan"
-    fields = list(Profile.PLAN_FIELDS)
+    fieldsets = PlanForm.PLAN_FIELDSETS
 
 
 User = get_user_model()
@@ -71,9 +90,10 @@ class CompactTaskResultAdmin(RecordAdmin, TaskResultAdmin):
 
 
 @admin.register(Profile)
-class ProfileAdmin(admin.ModelAdmin):
+class ProfileAdmin(PlanForm, admin.ModelAdmin):
     list_display = ["user", *Profile.PLAN_FIELDS]
     search_fields = ["user__username"]
+    fieldsets = [(None, {"fields": ["user", *Profile.PLAN_FIELDS]}), *PlanForm.PLAN_FIELDSETS[1:]]
 
 
 def _job_link(job: Job) -> str:
@@ -179,7 +199,11 @@ def _confirm_or_run(modeladmin, request, queryset, *, action: str, verb: str, ve
             "jobs": jobs, "selected": queryset, "owners": sorted(owners.items()), "action": action,
             "verb": verb, "verb_past": verb_past, "skipped": queryset.count() - len(jobs),
         })
-    done = run(job_ids=[str(job.id) for job in jobs], actor=request.user)
+    try:
+        done = run(job_ids=[str(job.id) for job in jobs], actor=request.user)
+    except ApplicationError as refused:  # a user's limit (uploads/limits.py): nothing was done
+        modeladmin.message_user(request, f"Nothing was {verb_past}: {refused.message}", messages.ERROR)
+        return None
     for job in done:
         modeladmin.log_change(request, job, f"{verb_past.capitalize()} from the admin.")
     modeladmin.message_user(request, f"{verb_past.capitalize()} {len(done)} job(s).", messages.SUCCESS)

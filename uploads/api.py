@@ -26,7 +26,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from uploads import direct, estimates, selectors, services, upload_limits
+from uploads import direct, estimates, selectors, services, throttling, upload_limits
 from uploads.api_schema import errors
 from uploads.delivery import output_url
 from uploads.errors import ApplicationError
@@ -180,6 +180,7 @@ class UploadListCreateApi(ListAPIView):
 
     serializer_class = UploadSerializer
     parser_classes = [MultiPartParser, JSONParser]
+    throttle_scope = throttling.UPLOAD  # its POST, against the user's API rates
 
     def dispatch(self, request, *args, **kwargs):
         try:
@@ -206,7 +207,9 @@ class UploadListCreateApi(ListAPIView):
         parameters=[IDEMPOTENCY_PARAMETER],
         responses={202: UploadCreateResponseSerializer, **errors(400, 413, 422)},
         description="Store the files and queue a job for each (202: accepted, not yet processed). Too many "
-                    "files or a file over the size limit: 413, nothing stored. Multipart: the files themselves. "
+                    "files or a file over the size limit: 413, nothing stored. More jobs queued, scheduled or "
+                    "running than your plan allows: 429 `too_many_queued_jobs`, nothing created (direct uploads "
+                    "stay in progress, to be claimed later). Multipart: the files themselves. "
                     "JSON: `direct`, uploads sent straight into storage (POST /api/uploads/direct/), which are "
                     "taken over (and leave the list of uploads in progress) when the batch is created.")
     @idempotent("uploads_create")
@@ -414,7 +417,8 @@ class JobCancelApi(_JobActionApi):
 @extend_schema_view(post=extend_schema(
     operation_id="jobs_retry", request=None, responses={202: JobSerializer, **errors(409)},
     description="Run a failed or canceled job again: queued through the fair dispatcher like a new job, as a "
-                "fresh attempt; its old outputs are dropped. 409 `not_retryable` otherwise."))
+                "fresh attempt; its old outputs are dropped. 409 `not_retryable` otherwise; 429 "
+                "`too_many_queued_jobs` past your plan's jobs queued at once."))
 class JobRetryApi(_JobActionApi):
     allowed = (Job.Status.FAILED, Job.Status.CANCELED)
     action = staticmethod(services.jobs_retry)
@@ -556,7 +560,9 @@ class BatchCancelApi(_BatchActionApi):
 
 @extend_schema_view(post=extend_schema(
     operation_id="batches_retry", request=None, responses={202: BatchSerializer},
-    description="Retry every failed or canceled job of the batch (as POST /api/jobs/<id>/retry/ does)."))
+    description="Retry every failed or canceled job of the batch (as POST /api/jobs/<id>/retry/ does); "
+                "429 `too_many_queued_jobs`, and none is retried, when they would not all fit your plan's jobs "
+                "queued at once."))
 class BatchRetryApi(_BatchActionApi):
     action = staticmethod(services.batch_retry)
     answer_status = status.HTTP_202_ACCEPTED

@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 import media
+from uploads import throttling
 from uploads.errors import ApplicationError
 
 
@@ -81,6 +82,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         body: dict[str, Any] = {"code": code, "message": _message(detail)}
         if code == "invalid" and isinstance(detail, dict):
             body["fields"] = detail
+        if isinstance(exc, exceptions.Throttled):  # DRF set Retry-After to exc.wait, whole seconds
+            body.update(throttling.refusal_details(context.get("request"), exc.wait))
         response.data = {"error": body}
     return response
 

@@ -5,7 +5,9 @@ answers any endpoint can give, added here once instead of on every view:
 401 (no or bad credentials) where the view requires them, 403 (a session
 request without its CSRF token) on writes, 400 and 415 (a malformed body or
 an unsupported content type) where there is a body, 400 on paginated lists
-(a bad cursor), 404 where the path names an object. Views add their own (409, 413, 422, ...) with `errors(...)`.
+(a bad cursor), 404 where the path names an object, and 429 everywhere (the
+user's API rates: uploads/throttling.py; or a limit of their plan:
+uploads/limits.py). Views add their own (409, 413, 422, ...) with `errors(...)`.
 """
 from __future__ import annotations
 
@@ -41,6 +43,9 @@ WHY = {
     413: "Too large: a file over the size limit, or more files than a request may carry.",
     415: "Unsupported Content-Type for this endpoint.",
     422: "The Idempotency-Key was used before with a different request.",
+    429: "Too many: more requests a minute than your plan allows (`throttled`, with the `Retry-After` header and "
+         "`retry_after` in seconds), or past a limit of your plan (`too_many_queued_jobs`, `too_many_endpoints`, "
+         "`too_many_pending_uploads`, with `limit` and `count`). Nothing was done.",
 }
 
 
@@ -64,6 +69,7 @@ class AutoSchema(SpectacularAutoSchema):
             common.append(400)  # a cursor this API did not give out
         if "{" in self.path:
             common.append(404)
+        common.append(429)  # every view is throttled
         for code in common:
             if str(code) not in responses:
                 responses[str(code)] = self._get_response_for_code(

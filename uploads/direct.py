@@ -15,10 +15,11 @@ object storage, or the web's `/store/incoming/` with files on disk
 an upload stores is bounded by what it declared: its size, or for a
 deferred length the sizes its part URLs were signed for, at most
 FAIRLANE_MAX_UPLOAD_BYTES. A user's uploads in progress are bounded in
-number (FAIRLANE_MAX_PENDING_UPLOADS) and bytes
-(FAIRLANE_MAX_USER_PENDING_BYTES, declared or signed: what can have been
-written), checked under a lock on the user's row so that two web hosts
-cannot both squeeze under them.
+number and bytes (declared or signed: what can have been written) by their
+plan (max_pending_uploads, max_pending_bytes: uploads/limits.py; by default
+FAIRLANE_MAX_PENDING_UPLOADS and FAIRLANE_MAX_USER_PENDING_BYTES), checked
+under a lock on the user's row so that two web hosts cannot both squeeze
+under them.
 
 No database transaction waits on a client or on the store: creating and
 signing take a short transaction with no I/O, the store's calls (begin,
@@ -41,7 +42,6 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Count, Q, Sum, Value
@@ -50,7 +50,7 @@ from django.utils import timezone
 
 import media
 from media import direct as store
-from uploads import services
+from uploads import limits, services
 from uploads.errors import ApplicationError
 from uploads.models import DirectUpload, Upload
 
@@ -125,7 +125,7 @@ def direct_uploads_create(*, owner: AbstractBaseUser, files: list[NewFile]) -> l
                          size=f.size, part_size=part, key=media.upload_key(owner_id=owner.pk, group=group),
                          expires_at=now + timedelta(seconds=settings.FAIRLANE_UPLOAD_EXPIRE_S)) for f in files]
     with transaction.atomic():
-        _lock_owner(owner)
+        limits.owner_lock([owner.pk])
         _check_room(owner, uploads=len(rows), bytes_=sum(f.size or 0 for f in files))
         DirectUpload.objects.bulk_create(rows)
     try:
@@ -161,13 +161,6 @@ def _check_new(files: list[NewFile]) -> None:
         raise ApplicationError("empty_file", f"These files are empty: {', '.join(empty)}.", extra={"files": empty})
 
 
-def _lock_owner(owner: AbstractBaseUser) -> None:
-    """Serialise the owner's creates and signs (PostgreSQL: a row lock on
-    the user for the transaction's few statements; SQLite takes the whole
-    write lock at BEGIN anyway: transaction_mode IMMEDIATE)."""
-    get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
-
-
 def _pending(owner: AbstractBaseUser) -> tuple[int, int]:
     """The owner's uploads in progress (open or complete, not expired) and
     the bytes they can hold: the declared size, or what a deferred length's
@@ -178,17 +171,16 @@ def _pending(owner: AbstractBaseUser) -> tuple[int, int]:
 
 
 def _check_room(owner: AbstractBaseUser, *, uploads: int, bytes_: int) -> None:
+    """`uploads` more uploads holding `bytes_` more bytes fit the owner's
+    plan (under the owner's lock), or nothing is created or signed."""
     count, held = _pending(owner)
-    most = settings.FAIRLANE_MAX_PENDING_UPLOADS
-    if count + uploads > most:
-        raise ApplicationError("too_many_pending_uploads", f"At most {most} uploads in progress at once (you have "
-                               f"{count}); claim or delete finished ones first.", status_code=429,
-                               extra={"limit": most, "pending": count})
-    budget = settings.FAIRLANE_MAX_USER_PENDING_BYTES
-    if held + bytes_ > budget:
-        raise ApplicationError("too_many_pending_bytes", f"Your uploads in progress would hold more than {budget} "
-                               "bytes; claim or delete finished ones first.", status_code=413,
-                               extra={"limit": budget, "pending": held})
+    most = limits.limits_for(user_id=owner.pk)
+    limits.refuse_over(code="too_many_pending_uploads", limit=most.pending_uploads, count=count, adding=uploads,
+                       message="At most {limit:,} uploads in progress at once (you have {count:,}); claim or "
+                               "delete finished ones first.", pending=count)
+    limits.refuse_over(code="too_many_pending_bytes", limit=most.pending_bytes, count=held, adding=bytes_,
+                       message="Your uploads in progress would hold more than {limit:,} bytes; claim or delete "
+                               "finished ones first.", status_code=413, pending=held)
 
 
 # --- parts ---------------------------------------------------------------------------------
@@ -220,7 +212,7 @@ def direct_upload_sign(*, owner: AbstractBaseUser, upload_id, parts: list[tuple[
     if upload.size is not None:
         return _sign(upload, parts)
     with transaction.atomic():  # a deferred length: what is signed counts, under the owner's bounds
-        _lock_owner(owner)
+        limits.owner_lock([owner.pk])
         upload = _owned(owner, upload_id, lock=True)
         signed = {int(n): size for n, size in upload.signed.items()}
         for number, size in parts:
@@ -449,14 +441,16 @@ def uploads_create_from_direct(*, owner: AbstractBaseUser, upload_ids: list,
     ids = list(dict.fromkeys(str(i) for i in upload_ids))
     if not ids:
         raise ApplicationError("no_files", "Name one or more completed uploads in 'direct'.")
-    if len(ids) > settings.FAIRLANE_MAX_PENDING_UPLOADS:
-        raise ApplicationError("too_many_files", f"A batch may name at most {settings.FAIRLANE_MAX_PENDING_UPLOADS} "
-                               "uploads.", status_code=413)
+    most = limits.limits_for(user_id=owner.pk).pending_uploads  # more cannot be in progress
+    if len(ids) > most:
+        raise ApplicationError("too_many_files", f"A batch may name at most {most:,} uploads.", status_code=413)
     found = {str(u.id): u for u in DirectUpload.objects.filter(owner=owner, id__in=ids)}
     missing = [i for i in ids if i not in found]
     if missing:
         raise ApplicationError("unknown_uploads", f"These uploads are not yours or unknown: {', '.join(missing)}.",
                                extra={"direct": missing})
+    # A first look before the store is asked to complete them (uploads_record counts again, to create them).
+    limits.queued_jobs_check(adding={owner.pk: len(ids)})
     uploads = direct_uploads_complete(owner=owner, upload_ids=ids)
 
     def claim() -> None:

@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from uploads import direct
+from uploads import direct, throttling
 from uploads.api_schema import errors
 from uploads.models import DirectUpload
 
@@ -108,16 +108,23 @@ def _created(upload: DirectUpload, urls: list[direct.PartUrl]) -> dict:
     return body
 
 
-class DirectUploadListApi(APIView):
+class _UploadingApi(APIView):
+    """Its requests other than reads count as uploads against the user's
+    API rates (uploads/throttling.py), not as writes."""
+
+    throttle_scope = throttling.UPLOAD
+
+
+class DirectUploadListApi(_UploadingApi):
     @extend_schema(
         operation_id="uploads_direct_create", request=DirectCreateSerializer,
         responses={201: DirectCreatedSerializer(many=True), **errors(
             400, 413, _413="A file over FAIRLANE_MAX_UPLOAD_BYTES, more files than a request may name, or more bytes "
-            "in progress than FAIRLANE_MAX_USER_PENDING_BYTES.")},
+            "in progress than your plan allows (FAIRLANE_MAX_USER_PENDING_BYTES by default).")},
         description="Start uploads straight into storage, one per file (at most FAIRLANE_MAX_FILES_PER_REQUEST "
                     "per request). Each comes with URLs for its first parts: PUT each part's bytes there, "
                     "exactly `size` of them. 429 (`too_many_pending_uploads`): more uploads in progress than "
-                    "FAIRLANE_MAX_PENDING_UPLOADS.")
+                    "your plan allows (FAIRLANE_MAX_PENDING_UPLOADS by default).")
     def post(self, request: Request) -> Response:
         params = DirectCreateSerializer(data=request.data)
         params.is_valid(raise_exception=True)
@@ -127,7 +134,7 @@ class DirectUploadListApi(APIView):
                         status=status.HTTP_201_CREATED)
 
 
-class DirectUploadDetailApi(APIView):
+class DirectUploadDetailApi(_UploadingApi):
     @extend_schema(operation_id="uploads_direct_retrieve", responses={200: DirectStatusSerializer, **errors(404, 410,
                                                                                                          **GONE)},
                    description="Where the upload stands, as the store says: after a reload, send only the parts "
@@ -146,7 +153,7 @@ class DirectUploadDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class DirectUploadPartsApi(APIView):
+class DirectUploadPartsApi(_UploadingApi):
     @extend_schema(
         operation_id="uploads_direct_parts", request=SignSerializer,
         responses={200: PartUrlSerializer(many=True), **errors(400, 404, 409, 410, 413, **GONE,
@@ -162,7 +169,7 @@ class DirectUploadPartsApi(APIView):
         return Response({"urls": [_url(u) for u in urls]})
 
 
-class DirectUploadCompleteApi(APIView):
+class DirectUploadCompleteApi(_UploadingApi):
     @extend_schema(
         operation_id="uploads_direct_complete", request=CompleteSerializer,
         responses={200: DirectUploadSerializer(many=True), **errors(

@@ -24,9 +24,27 @@ def upload_path(instance: "Upload", filename: str) -> str:
     return media.upload_key(owner_id=instance.owner_id)
 
 
+# A plan's limits on what users share (uploads/limits.py), with their bounds (project/plans.py).
+PLAN_LIMITS = {
+    "max_queued_jobs": (plans.QUEUED_JOBS_MIN, plans.QUEUED_JOBS_MAX),
+    "max_webhook_endpoints": (plans.ENDPOINTS_MIN, plans.ENDPOINTS_MAX),
+    "max_pending_uploads": (plans.PENDING_UPLOADS_MIN, plans.PENDING_UPLOADS_MAX),
+    "max_pending_bytes": (plans.PENDING_BYTES_MIN, plans.PENDING_BYTES_MAX),
+    **dict.fromkeys(("api_reads_per_min", "api_writes_per_min", "api_uploads_per_min", "api_replays_per_min"),
+                    (plans.API_RATE_MIN, plans.API_RATE_MAX)),
+}
+
+
+def _limit(name: str, help_text: str, *, big: bool = False) -> models.Field:
+    """The plan's limit `name`: a whole number within its bounds, or empty for its default."""
+    field = models.PositiveBigIntegerField if big else models.PositiveIntegerField
+    return field(null=True, blank=True, validators=plans.bounded(*PLAN_LIMITS[name]), help_text=help_text)
+
+
 class Profile(models.Model):
-    """A user's plan as the fair dispatcher sees it. No row means the defaults.
-    The bounds and why: project/plans.py."""
+    """A user's plan: their share of the workers (as the fair dispatcher
+    sees it) and their limits on what users share (uploads/limits.py). No
+    row means the defaults. The bounds and why: project/plans.py."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="fair_profile")
     weight = models.FloatField(
@@ -49,8 +67,32 @@ class Profile(models.Model):
         help_text="Most io-notify jobs in flight at once (empty: the default, NOTIFY_USER_CAP).",
     )
 
+    # The plan's per-user limits on what users share (uploads/limits.py,
+    # which checks them again where used). Empty: the setting's default, as
+    # it is when used, so changing a setting changes every plan that has
+    # no value of its own.
+    max_queued_jobs = _limit(
+        "max_queued_jobs", "Most jobs queued, scheduled or running at once (empty: FAIRLANE_MAX_QUEUED_JOBS).")
+    max_webhook_endpoints = _limit(
+        "max_webhook_endpoints", "Most webhook endpoints (empty: NOTIFY_MAX_WEBHOOK_ENDPOINTS).")
+    max_pending_uploads = _limit(
+        "max_pending_uploads", "Most direct uploads in progress (empty: FAIRLANE_MAX_PENDING_UPLOADS).")
+    max_pending_bytes = _limit(
+        "max_pending_bytes", "Most bytes those uploads may hold (empty: FAIRLANE_MAX_USER_PENDING_BYTES).", big=True)
+    api_reads_per_min = _limit(
+        "api_reads_per_min", "API reads (GET) a minute (empty: FAIRLANE_API_READS_PER_MIN).")
+    api_writes_per_min = _limit(
+        "api_writes_per_min", "API writes (POST, PATCH, DELETE) a minute (empty: FAIRLANE_API_WRITES_PER_MIN).")
+    api_uploads_per_min = _limit(
+        "api_uploads_per_min", "API upload requests a minute: create, sign parts, complete, give up, claim "
+        "(empty: FAIRLANE_API_UPLOADS_PER_MIN).")
+    api_replays_per_min = _limit(
+        "api_replays_per_min", "Webhook deliveries replayed a minute (empty: FAIRLANE_API_REPLAYS_PER_MIN).")
+
     # The fields that make the plan (fair_policies checks them again where used).
     PLAN_FIELDS = ("weight", "transcode_cap", "notify_rate_per_s", "notify_burst", "notify_cap")
+    # The limits (uploads/limits.py reads them), with their bounds.
+    LIMITS = PLAN_LIMITS
 
     class Meta:
         constraints = [
@@ -64,6 +106,8 @@ class Profile(models.Model):
                                                             nullable=True), name="profile_notify_rate_in_range"),
             models.CheckConstraint(condition=plans.in_range("notify_burst", plans.BURST_MIN, plans.BURST_MAX),
                                    name="profile_notify_burst_in_range"),
+            *(models.CheckConstraint(condition=plans.in_range(field, low, high, nullable=True),
+                                     name=f"profile_{field}_in_range") for field, (low, high) in PLAN_LIMITS.items()),
         ]
 
     def __str__(self) -> str:
@@ -202,7 +246,10 @@ class Job(models.Model):
     class Meta:
         ordering = ["-created_at"]
         # (owner, -finished_at): what just ended, for the pages' "moving" view (selectors.jobs_moving).
+        # (owner, status): a user's unfinished jobs, counted against their plan (uploads/limits.py) in
+        # time that grows with their own jobs only.
         indexes = [models.Index(fields=["owner", "-created_at"]), models.Index(fields=["owner", "-finished_at"]),
+                   models.Index(fields=["owner", "status"]),
                    models.Index(fields=["status", "lane"]),
                    models.Index(fields=["status", "lease_expires_at"]),
                    models.Index(fields=["finished_at"], condition=models.Q(notify_pending=True),

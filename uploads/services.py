@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,7 +25,7 @@ from dispatcher import KeyPolicy
 from project import logcontext, metrics, plans
 from project.dbclock import db_now
 from project.lanes import Lane
-from uploads import lifecycle, parts
+from uploads import lifecycle, limits, parts
 from uploads.errors import ApplicationError, public_message
 from uploads.models import Batch, Job, JobAttempt, Output, Profile, Upload
 
@@ -75,6 +76,8 @@ def uploads_create(
     if not files:
         raise ApplicationError("no_files", "Attach one or more files in the multipart field 'file'.")
     _check_schedule(scheduled_for)
+    # A first look, before any byte is stored (uploads_record counts again, under the lock, to create them).
+    limits.queued_jobs_check(adding={owner.pk: len(files)})
     too_big = [f.name for f in files if f.size > settings.FAIRLANE_MAX_UPLOAD_BYTES]
     if too_big:
         raise ApplicationError(
@@ -112,12 +115,15 @@ def uploads_record(
     can see a job whose row is not there yet and a failed request enqueues
     nothing. `claim` runs first in the same transaction: whatever the files
     are taken over from (a direct upload's rows) goes with the batch's
-    creation or not at all. The caller removes the files if this raises."""
+    creation or not at all. The owner's jobs stay within their plan's
+    max_queued_jobs (limits.queued_jobs_check, under their lock), or
+    nothing is created. The caller removes the files if this raises."""
     if not files:
         raise ApplicationError("no_files", "Name one or more files.")
     _check_schedule(scheduled_for)
     batch = uuid.uuid4()
     with transaction.atomic():
+        limits.queued_jobs_check(adding={owner.pk: len(files)})
         if claim is not None:
             claim()
         now = db_now()
@@ -382,13 +388,18 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
     """failed/canceled -> queued, through the fair dispatcher like any new job
     (no queue jumping); the next run counts as a new attempt, with a fresh
     budget of FAIRLANE_MAX_ATTEMPTS (failures before the retry do not count).
-    Returns the jobs that were retried; others are left alone."""
+    Each owner's jobs stay within their plan's max_queued_jobs, or none is
+    retried (429). Returns the jobs that were retried; others are left alone."""
     now = db_now()
+    # A part is not retried on its own once it has ended: its parent
+    # has ended with it, and retrying the parent splits it again.
+    retryable = Job.objects.filter(id__in=list(job_ids), status__in=[Job.Status.FAILED, Job.Status.CANCELED],
+                                   parent__isnull=True)
     with transaction.atomic():
-        # A part is not retried on its own once it has ended: its parent
-        # has ended with it, and retrying the parent splits it again.
-        jobs = list(Job.objects.select_for_update().filter(
-            id__in=list(job_ids), status__in=[Job.Status.FAILED, Job.Status.CANCELED], parent__isnull=True))
+        # The owners first, then their jobs: the order every creator of jobs locks in.
+        limits.owner_lock(retryable.order_by().values_list("owner_id", flat=True).distinct())
+        jobs = list(retryable.select_for_update())
+        limits.queued_jobs_check(adding=Counter(job.owner_id for job in jobs))
         ids = [job.id for job in jobs]
         Output.objects.filter(job_id__in=ids).delete()
         # Their objects go once the rows are gone (after commit), and only

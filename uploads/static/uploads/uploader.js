@@ -23,7 +23,10 @@ window.fairlaneUploader = (function () {
     }
   }
 
-  // The API, with retries for what may pass (no answer, 5xx, 429).
+  // The API, with retries for what may pass: no answer or a 5xx, a few
+  // times; a request over the user's API rate (429 `throttled`) after the
+  // Retry-After it names, as often as it takes (docs/api.md, "Limits"). Any
+  // other 429 is a limit of the user's plan: said at once.
   async function api(method, url, body, headers = {}) {
     for (let attempt = 0; ; attempt++) {
       let resp;
@@ -37,7 +40,12 @@ window.fairlaneUploader = (function () {
       }
       const data = resp.status === 204 ? null : await resp.json().catch(() => null);
       if (resp.ok) return data;
-      if ((resp.status >= 500 || resp.status === 429) && attempt + 1 < RETRIES.length) {
+      if (resp.status === 429 && data?.error?.code === "throttled") {
+        await sleep(1000 * Math.max(1, Number(resp.headers.get("Retry-After")) || 1));
+        attempt--;
+        continue;
+      }
+      if (resp.status >= 500 && attempt + 1 < RETRIES.length) {
         await sleep(RETRIES[attempt + 1]);
         continue;
       }
@@ -103,7 +111,10 @@ window.fairlaneUploader = (function () {
         }
       }
     })));
-    await api("POST", "/api/uploads/direct/complete/", {uploads: [upload.id]});
+    // A file of one part is completed by the claim, with every other one in
+    // a single listing of the store: one request for a 2,000-file drop, not
+    // 2,000. A file of several parts is assembled here, once they are in.
+    if (count > 1) await api("POST", "/api/uploads/direct/complete/", {uploads: [upload.id]});
   }
 
   // The uploads of `files` that a reload left unfinished (same fingerprint),

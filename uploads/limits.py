@@ -1,0 +1,137 @@
+"""Per-user limits on what users share, held in their plan (uploads.Profile).
+
+The fair dispatcher shares worker time; these bound what else one user can
+take of what everyone shares:
+
+    max_queued_jobs        jobs queued, scheduled or running: each is held in
+                           the dispatcher's Redis until it runs
+    max_webhook_endpoints  webhook endpoints: every event is one delivery per
+                           endpoint, held in Redis until sent (notify)
+    max_pending_uploads    direct uploads in progress (uploads/direct.py)
+    max_pending_bytes      the bytes those may hold
+    api_<class>s_per_min   API requests a minute per route class
+                           (uploads/throttling.py)
+
+A plan's empty value means the setting's default (DEFAULTS), read when used,
+so a changed setting reaches every plan without a value of its own. Values
+are validated where plans are edited (project/plans.py) and checked again
+here: a bad one stored anyway falls back to its default for that user only.
+
+Counting is race-free across web hosts: a service that creates what a limit
+counts takes the user's lock (`owner_lock`: their row, for its short
+transaction), counts, and refuses before it has created anything or creates
+it all. Each count reads the user's own rows through an index (jobs by
+(owner, status), endpoints and uploads by owner), so its cost grows with what
+the user has, which the limit bounds, and never with other users. A refusal
+is a 429 naming the limit and the count; it creates nothing and touches
+nothing already accepted.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+
+from project import plans
+from uploads.errors import ApplicationError
+from uploads.models import Job, Profile
+
+log = logging.getLogger(__name__)
+
+# A plan's limit -> the setting that is its default.
+DEFAULTS = {
+    "max_queued_jobs": "FAIRLANE_MAX_QUEUED_JOBS",
+    "max_webhook_endpoints": "NOTIFY_MAX_WEBHOOK_ENDPOINTS",
+    "max_pending_uploads": "FAIRLANE_MAX_PENDING_UPLOADS",
+    "max_pending_bytes": "FAIRLANE_MAX_USER_PENDING_BYTES",
+    "api_reads_per_min": "FAIRLANE_API_READS_PER_MIN",
+    "api_writes_per_min": "FAIRLANE_API_WRITES_PER_MIN",
+    "api_uploads_per_min": "FAIRLANE_API_UPLOADS_PER_MIN",
+    "api_replays_per_min": "FAIRLANE_API_REPLAYS_PER_MIN",
+}
+# The API's route classes (uploads/throttling.py), each with its rate in the plan.
+API_CLASSES = ("read", "write", "upload", "replay")
+UNFINISHED = (Job.Status.QUEUED, Job.Status.RUNNING)
+
+
+@dataclass(frozen=True)
+class Limits:
+    queued_jobs: int
+    webhook_endpoints: int
+    pending_uploads: int
+    pending_bytes: int
+    api_per_min: Mapping[str, int]  # by route class (API_CLASSES)
+
+
+def limits_for(*, user_id: int) -> Limits:
+    """The user's limits: their plan's values, the settings' defaults for
+    the empty ones (and for a user without a plan), and for a value that
+    breaks its bounds (stored before they were enforced, or written around
+    them), with a warning. One query, by the plan's unique user."""
+    values = dict.fromkeys(DEFAULTS)
+    profile = Profile.objects.filter(user_id=user_id).first()
+    if profile is not None:
+        bad = plans.reset_invalid(profile, DEFAULTS)
+        if bad:
+            log.warning("plan of user %s has invalid %s; the defaults are used instead", user_id, ", ".join(bad))
+        values = {field: getattr(profile, field) for field in DEFAULTS}
+    got = {field: getattr(settings, DEFAULTS[field]) if value is None else value for field, value in values.items()}
+    return Limits(queued_jobs=got["max_queued_jobs"], webhook_endpoints=got["max_webhook_endpoints"],
+                  pending_uploads=got["max_pending_uploads"], pending_bytes=got["max_pending_bytes"],
+                  api_per_min={name: got[f"api_{name}s_per_min"] for name in API_CLASSES})
+
+
+def owner_lock(user_ids: Iterable[int]) -> None:
+    """Serialise, until the end of the caller's transaction, every request
+    that counts against these users' limits, on any web host. PostgreSQL:
+    their rows locked FOR NO KEY UPDATE (in id order, so two callers never
+    wait on each other crosswise), which leaves other transactions free to
+    insert rows that refer to them (a worker's notification events). SQLite
+    takes the whole write lock at BEGIN anyway (transaction_mode IMMEDIATE)."""
+    assert connection.in_atomic_block, "a lock outside a transaction ends at once"
+    ids = sorted(set(user_ids))
+    if ids:
+        list(get_user_model().objects.select_for_update(no_key=True).filter(pk__in=ids).order_by("pk")
+             .values_list("pk", flat=True))
+
+
+def refuse_over(*, code: str, limit: int, count: int, adding: int, message: str, status_code: int = 429,
+                **extra) -> None:
+    """Refuse when `adding` more would take `count` past `limit`: `code`
+    with `message` (formatted with limit, count and adding), and the
+    numbers, so that a client can tell how much would fit."""
+    if adding > 0 and count + adding > limit:
+        raise ApplicationError(code, message.format(limit=limit, count=count, adding=adding),
+                               status_code=status_code,
+                               extra={"limit": limit, "count": count, "requested": adding, **extra})
+
+
+def queued_jobs_count(*, owner_id: int) -> int:
+    """The user's jobs queued, scheduled (queued with a time) or running;
+    the parts of a long video are not counted: they are made of a job
+    already accepted, and a refusal may not lose it."""
+    return Job.objects.filter(owner_id=owner_id, status__in=UNFINISHED, parent__isnull=True).count()
+
+
+def queued_jobs_check(*, adding: Mapping[int, int]) -> None:
+    """`adding[user]` more jobs for each user must fit their max_queued_jobs,
+    or none is created (429 too_many_queued_jobs). Inside the transaction
+    that creates them (or queues them again), it holds the users' lock
+    (owner_lock) until that commits; outside any, it is a first look that
+    refuses early (before a request stores files, say)."""
+    with transaction.atomic():
+        owner_lock(adding)
+        for owner_id in sorted(adding):
+            refuse_over(code="too_many_queued_jobs", limit=limits_for(user_id=owner_id).queued_jobs,
+                        count=queued_jobs_count(owner_id=owner_id), adding=adding[owner_id],
+                        message="At most {limit:,} of your jobs may be queued, scheduled or running at once: "
+                                "you have {count:,}, and this would add {adding:,}. Nothing was created; try "
+                                "again once some have finished, or cancel some.")
+
+
+__all__ = ["API_CLASSES", "DEFAULTS", "Limits", "limits_for", "owner_lock", "queued_jobs_check",
+           "queued_jobs_count", "refuse_over"]

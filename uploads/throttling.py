@@ -1,0 +1,146 @@
+"""API request rates, per user and per route class, shared by every web host.
+
+Every API request is of one route class:
+
+    read    every GET (the pages' own polling too)
+    upload  the rest of uploading: creating direct uploads, signing their
+            parts, completing, giving up, and POST /api/uploads/ (a claim or
+            a multipart upload); views say so with `throttle_scope`
+    replay  replaying a webhook delivery: a request to a receiver the user chose
+    write   every other POST, PATCH and DELETE
+
+A user's requests of a class are held to their plan's rate for it
+(api_<class>s_per_min; FAIRLANE_API_<CLASS>S_PER_MIN by default:
+uploads/limits.py); anonymous ones (only the schema and its docs page take
+them) to FAIRLANE_API_ANON_PER_MIN per address. Past it the answer is 429
+`throttled`, with `Retry-After` (whole seconds, at least 1) and the same in
+the body's `retry_after`. One user's requests never count against another's.
+
+How. A rate of N a minute is a GCRA bucket (the generic cell rate
+algorithm, as notify/ratelimit.py keeps one per webhook endpoint): one Redis
+key per user and class holds the "theoretical arrival time" (TAT). A
+request passes when max(TAT, now) + 60/N s is at most a minute from now,
+and moves TAT there; so N requests may come at once, then one every 60/N s,
+and a refused one changes nothing and learns exactly when the next passes.
+One script call per request, atomic: no two web hosts can both take the
+last place, and its cost does not grow with the rate or with other users.
+(DRF's SimpleRateThrottle keeps each key's timestamps as a list in the
+cache, read and written back whole by every request: N floats each time,
+and two hosts that read the same list both pass.) A key lives at most a
+minute after its last request.
+
+The clock is the web host's (`timer`, DRF's hook, which the tests drive):
+hosts keep NTP time, and one ahead by d seconds lets a user through at most
+d / (60/N) requests early. Redis unavailable, requests pass (logged): the
+API works through an outage, and the limits counted in the database hold.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import redis
+from django.conf import settings
+from rest_framework.permissions import SAFE_METHODS
+from rest_framework.throttling import BaseThrottle
+
+from uploads import limits
+
+if TYPE_CHECKING:  # DRF's views import this module (DEFAULT_THROTTLE_CLASSES)
+    from rest_framework.request import Request
+    from rest_framework.views import APIView
+
+log = logging.getLogger(__name__)
+
+READ, WRITE, UPLOAD, REPLAY = limits.API_CLASSES
+ANONYMOUS = "anonymous"
+KEY_PREFIX = "fairlane:throttle:"
+PERIOD_US = 60_000_000  # rates are per minute
+# KEYS[1] the bucket; ARGV now and the interval between requests (60/N s),
+# both in whole microseconds (exact in Lua's doubles). Returns 0 (passed) or
+# the microseconds until a request would pass.
+_GCRA = """
+local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tat = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), now) + interval
+if tat - now > tonumber(ARGV[3]) then
+  return tat - now - tonumber(ARGV[3])
+end
+redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000))
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What a refused request was held to, for its answer (uploads/api_errors.py)."""
+
+    route_class: str
+    per_min: int
+
+
+@functools.lru_cache(maxsize=4)
+def _script(url: str):
+    # One pool per process and URL (redis-py's pool starts afresh in a forked
+    # child); a short timeout: every API request waits on it.
+    return redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1).register_script(_GCRA)
+
+
+def route_class(request: Request, view: APIView) -> str:
+    """The request's route class: a read, or what its view says its other
+    methods are (`throttle_scope`), a write by default."""
+    if request.method in SAFE_METHODS:
+        return READ
+    return getattr(view, "throttle_scope", None) or WRITE
+
+
+class PlanRateThrottle(BaseThrottle):
+    """DRF's throttle for every API view (settings.REST_FRAMEWORK): the
+    user's plan's rate for the request's route class, counted in Redis."""
+
+    timer = time.time  # as DRF's SimpleRateThrottle: the clock, which tests replace
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        user = request.user
+        if user is not None and user.is_authenticated:
+            name = route_class(request, view)
+            who, per_min = f"user:{user.pk}", limits.limits_for(user_id=user.pk).api_per_min[name]
+        else:
+            name, who, per_min = ANONYMOUS, f"ip:{self.get_ident(request)}", settings.FAIRLANE_API_ANON_PER_MIN
+        now_us = int(self.timer() * 1_000_000)
+        try:
+            wait_us = _script(settings.REDIS_URL)(keys=[f"{KEY_PREFIX}{name}:{who}"],
+                                                 args=[now_us, PERIOD_US // per_min, PERIOD_US])
+        except redis.RedisError as exc:
+            log.warning("API rates: not counted, Redis unavailable: %r", exc)
+            return True
+        self.wait_s = wait_us / 1_000_000
+        if not wait_us:
+            return True
+        request.throttle_refusal = Refusal(name, per_min)
+        return False
+
+    def wait(self) -> float:
+        return self.wait_s
+
+
+def refusal_details(request: Request | None, retry_after: int) -> dict:
+    """The body of a 429 `throttled` beside its code: a message for people,
+    `retry_after` (the seconds of its Retry-After header), and the route
+    class and rate it was held to."""
+    refusal = getattr(request, "throttle_refusal", None)
+    details = {"retry_after": retry_after}
+    if refusal is None:
+        return {"message": f"Too many requests; try again in {retry_after} s.", **details}
+    if refusal.route_class == ANONYMOUS:
+        why = f"Too many requests from your address: {refusal.per_min:,} a minute are allowed"
+    else:
+        why = f"Too many {refusal.route_class} requests: your plan allows {refusal.per_min:,} a minute"
+    return {"message": f"{why}. Try again in {retry_after} s.", "route_class": refusal.route_class,
+            "limit": refusal.per_min, **details}
+
+
+__all__ = ["ANONYMOUS", "KEY_PREFIX", "PlanRateThrottle", "READ", "REPLAY", "Refusal", "UPLOAD", "WRITE",
+           "refusal_details", "route_class"]
