@@ -30,7 +30,10 @@ class PlanForm:
     def formfield_for_dbfield(self, db_field, request, **kwargs):
         field = super().formfield_for_dbfield(db_field, request, **kwargs)
         if db_field.name in limits.DEFAULTS:
-            field.help_text = f"{field.help_text} Now {getattr(settings, limits.DEFAULTS[db_field.name]):,}."
+            default = getattr(settings, limits.DEFAULTS[db_field.name])
+            in_words = f" ({bytes_text(default)})" if db_field.name.endswith("_bytes") else ""
+            field.help_text = f"{field.help_text} Now {default:,}{in_words}."
+            field.label = field.label.replace("Api ", "API ")
         return field
 
 
