@@ -5,6 +5,8 @@ hour. The page (`fairness_page`) renders once and then refreshes itself
 from `fairness_data` every few seconds."""
 from __future__ import annotations
 
+import time
+
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
@@ -51,39 +53,87 @@ def stale_entries(lane: Lane) -> list[dict]:
             if e["lease_s"] < 0 or (e["state"] == "released" and not e["queued"] and not e["holder"])]
 
 
-def lanes_snapshot() -> list[dict]:
-    """Every fair lane's live state joined with its recent usage per user:
-    who waits (backlog), who runs (in flight), and who got the workers lately
-    (share of worker time, wait p50/p99)."""
+# Rows per page of the per-user table; the ranking of who has the most work
+# is computed at most this often per web process (a SCAN of every key with
+# work: about a second at 100,000 users, in steps that never block Redis).
+PAGE_ROWS = 50
+RANKING_TTL_S = 15.0
+_rankings: dict[Lane, tuple[float, list[str]]] = {}
+
+
+# Below this many users with work the ranking is made for every request (it
+# costs less than looking it up), so what the page shows is always now.
+RANK_CACHE_FROM = 1000
+
+
+def ranked_keys(lane: Lane, *, users_with_work: int) -> list[str]:
+    """Every key with work on `lane`, most waiting first (then most in flight)."""
+    cached = _rankings.get(lane)
+    if (users_with_work >= RANK_CACHE_FROM and cached is not None
+            and time.monotonic() - cached[0] < RANKING_TTL_S):
+        return cached[1]
+    found = sorted(scheduler(lane).keys_with_work(), key=lambda k: (-k[1], -k[2], k[0]))
+    keys = [k for k, _, _ in found]
+    _rankings[lane] = (time.monotonic(), keys)
+    return keys
+
+
+def lanes_snapshot(*, page: int = 1, search: str = "") -> list[dict]:
+    """Every fair lane's state: its totals (O(1), the lane's summary), and a
+    page of its users, those with the most work first, or those whose name
+    contains `search`; each with what they do, their weight and cap, and
+    their recent share of worker time and waits. Loads the same at 10
+    users with work or at 100,000."""
     lanes = []
+    matches = None
+    if search:
+        matches = [str(i) for i in get_user_model().objects.filter(username__icontains=search)
+                   .order_by("username").values_list("id", flat=True)[:PAGE_ROWS]]
     for lane in sorted(FAIR_LANES):
-        snap = scheduler(lane).snapshot()
+        sched = scheduler(lane)
+        summary = sched.summary()
         usage = _provided(settings.FAIR_USAGE_PROVIDERS, lane.value, minutes=settings.FAIR_USAGE_MINUTES) or {}
-        keys = set(snap["keys"]) | set(usage)
+        if matches is not None:
+            keys, pages = matches, 1
+        else:
+            # Those with work first; then who had the workers lately and has nothing now.
+            working = ranked_keys(lane, users_with_work=summary["busy_keys"])
+            known = set(working)
+            ranked = working + sorted((k for k in usage if k not in known), key=lambda k: (-usage[k]["share"], k))
+            pages = max(1, -(-len(ranked) // PAGE_ROWS))
+            keys = ranked[(min(page, pages) - 1) * PAGE_ROWS:min(page, pages) * PAGE_ROWS]
+        live = sched.keys_info(keys)
         names = dict(get_user_model().objects.filter(id__in=[int(k) for k in keys if k.isdigit()])
                      .values_list("id", "username"))
-        idle = _idle_policies([k for k in keys if k not in snap["keys"]], lane)
+        idle = _idle_policies([k for k in keys if live.get(k, {}).get("state", "idle") == "idle"], lane)
         rows = []
         for key in keys:
-            live = snap["keys"].get(key)
-            weight, cap = (live["weight"], live["cap"] or None) if live else idle.get(key, (None, None))
+            mine = live.get(key)
+            busy = mine is not None and mine["state"] != "idle"
+            weight, cap = (mine["weight"], mine["cap"] or None) if busy else idle.get(key, (None, None))
             row = {"key": key, "user": names.get(int(key)) if key.isdigit() else None,
-                   "backlog": live["backlog"] if live else 0, "in_flight": live["in_flight"] if live else 0,
-                   "state": STATES.get(live["state"] if live else "idle", live and live["state"]),
+                   "backlog": mine["backlog"] if mine else 0, "in_flight": mine["in_flight"] if mine else 0,
+                   "state": STATES.get(mine["state"] if mine else "idle", mine and mine["state"]),
                    "weight": weight, "cap": cap,
                    **usage.get(key, {"share": 0.0, "wait_p50_ms": None, "wait_p99_ms": None})}
             row["share_pct"] = round(100 * row["share"], 1)
             rows.append(row)
-        rows.sort(key=lambda k: (-k["backlog"], -k["in_flight"], -k["share"], k["key"]))
         # Two live processes started with one node name: the second's slots
         # do not count (scheduler.register_worker), which operators must see.
-        clashes = [{"name": name, **clash} for name, clash in sorted(snap["worker_clashes"].items())]
+        clashes = [{"name": name, "registered": sched.worker_token(name) or "", "refused": clash["token"]}
+                   for name, clash in sorted(sched.worker_clashes().items())]
         health = lane_health(lane)
         stale = stale_entries(lane)
+        stale_names = dict(get_user_model().objects.filter(
+            id__in=[int(e["key"]) for e in stale if e["key"].isdigit()]).values_list("id", "username"))
         for entry in stale:
-            entry["user"] = names.get(int(entry["key"])) if entry["key"].isdigit() else None
-        lanes.append({"lane": lane.value, "totals": snap["totals"], "keys": rows, "worker_clashes": clashes,
+            entry["user"] = stale_names.get(int(entry["key"])) if entry["key"].isdigit() else None
+        totals = {"active_keys": summary["eligible"], "held": summary["waiting"], "in_flight": summary["in_flight"],
+                  "window": summary["window"], "delayed": summary["delayed"], "users_with_work": summary["busy_keys"],
+                  **sched.parked_counts()}
+        lanes.append({"lane": lane.value, "totals": totals, "keys": rows, "worker_clashes": clashes,
                       "has_usage": lane.value in settings.FAIR_USAGE_PROVIDERS,
+                      "page": min(page, pages), "pages": pages, "search": search,
                       "health": {"stalled": health.stalled, "idle_s": health.idle_s, "stall_s": settings.FAIR_STALL_S},
                       "stale": stale})
     return lanes
@@ -97,6 +147,7 @@ def lanes_history() -> dict[str, dict]:
         series = _provided(settings.FAIR_HISTORY_PROVIDERS, lane.value, minutes=settings.FAIR_HISTORY_MINUTES)
         if series is None:
             continue
+        series["users"] = _top_series(series["users"])
         ids = [int(k) for k in series["users"] if k.isdigit()]
         names = dict(get_user_model().objects.filter(id__in=ids).values_list("id", "username"))
         series["users"] = {names.get(int(k), k) if k.isdigit() else k: v for k, v in series["users"].items()}
@@ -104,9 +155,29 @@ def lanes_history() -> dict[str, dict]:
     return history
 
 
+def _page_args(request: HttpRequest) -> dict:
+    try:
+        page = max(1, int(request.GET.get("page", "1")))
+    except ValueError:
+        page = 1
+    return {"page": page, "search": request.GET.get("search", "").strip()[:150]}
+
+
+# Users drawn in the charts: those with the largest share over the hour; a
+# chart of 100,000 lines says nothing and weighs megabytes.
+CHART_USERS = 8
+
+
+def _top_series(users: dict[str, dict]) -> dict[str, dict]:
+    if len(users) <= CHART_USERS:
+        return users
+    total = {k: sum(v or 0 for v in u["share_pct"]) for k, u in users.items()}
+    return {k: users[k] for k in sorted(users, key=lambda k: (-total[k], k))[:CHART_USERS]}
+
+
 @staff_member_required
 def fairness_page(request: HttpRequest) -> HttpResponse:
-    context = {**admin.site.each_context(request), "title": "Fair dispatch", "lanes": lanes_snapshot(),
+    context = {**admin.site.each_context(request), "title": "Fair dispatch", "lanes": lanes_snapshot(**_page_args(request)),
                "minutes": settings.FAIR_USAGE_MINUTES, "history_minutes": settings.FAIR_HISTORY_MINUTES}
     return render(request, "dispatcher/fairness.html", context)
 
@@ -114,4 +185,4 @@ def fairness_page(request: HttpRequest) -> HttpResponse:
 @staff_member_required
 def fairness_data(request: HttpRequest) -> JsonResponse:
     """What the page refreshes itself with: the tables and the charts."""
-    return JsonResponse({"lanes": lanes_snapshot(), "history": lanes_history()})
+    return JsonResponse({"lanes": lanes_snapshot(**_page_args(request)), "history": lanes_history()})

@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ _LUA_DIR = Path(__file__).with_name("lua")
 _SCRIPT_NAMES = (
     "submit", "submit_release", "release", "start", "heartbeat", "finish",
     "requeue", "reap", "cancel", "register_worker", "unregister_worker", "snapshot",
-    "holding", "inflight", "health",
+    "holding", "inflight", "health", "summary",
 )
 
 
@@ -67,7 +68,10 @@ _LIBRARY, _FUNCTIONS = _library()
 # its jobs again from the database). 2: one hash per fairness key, the lane's
 # numbers in one hash, record and message in one hash. 3: all three in one
 # hash, and each key's backlog length beside its list (lua/_lib.lua, H).
-LAYOUT = 3
+# 4: backlog entries carry their number ("<id>|<g>", so a cancel leaves a
+# stale entry instead of an LREM) and the lane keeps its summary (aw, ak,
+# bt, kb), which state written before could not be read with.
+LAYOUT = 4
 
 # Lane names become part of every key and of SCAN patterns in `clear`: no
 # braces (they would break the hash tag) and no glob characters.
@@ -351,6 +355,97 @@ class FairScheduler:
         that says it has it, or ""), missing_s (how long it has been in
         neither, -1 if it has not)}. O(window + queue + workers)."""
         return json.loads(self._run("inflight", _now(now), ttl_s))
+
+    def summary(self, *, now: float | None = None) -> dict[str, Any]:
+        """The lane at a glance, in O(1) whatever the number of users (what
+        every batch poll and estimate needs): {active_weight, busy_keys,
+        waiting, waiting_keys, in_flight, window, eligible, delayed}. Kept by
+        each call that changes it, not computed by scanning."""
+        return json.loads(self._run("summary", _now(now), self.default_window, self.headroom))
+
+    def key_policy(self, key: str) -> tuple[float, int, bool] | None:
+        """(weight, cap (0: none), has work now) of fairness key `key` as the
+        lane holds it; None when the lane holds nothing of it. One HMGET."""
+        w, cap, b, n = self._client.hmget(self.prefix + "h", [f"{f}|{key}" for f in ("w", "cap", "b", "n")])
+        if w is None and cap is None and b is None and n is None:
+            return None
+        return float(w or 1), int(cap or 0), bool(int(b or 0) or int(n or 0))
+
+    def keys_with_work(self, *, batch: int = 1000) -> Iterator[tuple[str, int, int]]:
+        """Every fairness key with work, waiting or in flight: (key, jobs
+        waiting, jobs in flight). For the staff page's ranking, not the hot
+        path: read in steps of `batch` keys (SCAN of the eligible, capped and
+        throttled sets, and the keys of the jobs in flight) with their counts
+        in one HMGET per step, so that no single command blocks Redis for
+        long however many users have work."""
+        seen: set[str] = set()
+        client, p = self._client, self.prefix
+
+        def counts(keys: list[str]) -> Iterator[tuple[str, int, int]]:
+            fresh = [k for k in dict.fromkeys(keys) if k not in seen]
+            seen.update(fresh)
+            if fresh:
+                values = client.hmget(p + "h", [f"{f}|{k}" for k in fresh for f in ("b", "n")])
+                for i, k in enumerate(fresh):
+                    yield k, int(values[2 * i] or 0), int(values[2 * i + 1] or 0)
+
+        for name, scan in (("active", client.zscan_iter), ("throttled", client.zscan_iter),
+                           ("capped", client.sscan_iter)):
+            chunk: list[str] = []
+            for member in scan(p + name, count=batch):
+                chunk.append(_text(member[0] if isinstance(member, tuple) else member))
+                if len(chunk) == batch:
+                    yield from counts(chunk)
+                    chunk = []
+            yield from counts(chunk)
+        flight = [_text(j) for j in client.zrange(p + "inflight", 0, -1)]  # O(window)
+        owners = [json.loads(raw)["k"] for raw in client.hmget(p + "h", [f"j|{j}" for j in flight]) if raw] \
+            if flight else []
+        yield from counts(owners)
+
+    def keys_info(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """For each of `keys` the lane holds anything of: {state, backlog,
+        in_flight, weight, cap}, in two round trips."""
+        if not keys:
+            return {}
+        p = self.prefix
+        with self._client.pipeline(transaction=False) as pipe:
+            pipe.hmget(p + "h", [f"{f}|{k}" for k in keys for f in ("b", "n", "w", "cap")])
+            for k in keys:
+                pipe.zscore(p + "active", k)
+                pipe.sismember(p + "capped", k)
+                pipe.zscore(p + "throttled", k)
+            values, *where = pipe.execute()
+        info = {}
+        for i, k in enumerate(keys):
+            b, n, w, cap = values[4 * i:4 * i + 4]
+            if b is None and n is None and w is None and cap is None:
+                continue
+            active, capped, throttled = where[3 * i:3 * i + 3]
+            state = ("active" if active is not None else "capped" if capped else
+                     "throttled" if throttled is not None else "in_flight_only" if int(n or 0) else "idle")
+            info[k] = {"state": state, "backlog": int(b or 0), "in_flight": int(n or 0),
+                       "weight": float(w or 1), "cap": int(cap or 0)}
+        return info
+
+    def parked_counts(self) -> dict[str, int]:
+        """How many keys wait at their cap and for their rate limit."""
+        with self._client.pipeline(transaction=False) as pipe:
+            pipe.scard(self.prefix + "capped")
+            pipe.zcard(self.prefix + "throttled")
+            capped, throttled = pipe.execute()
+        return {"capped_keys": capped, "throttled_keys": throttled}
+
+    def worker_clashes(self, *, now: float | None = None) -> dict[str, dict]:
+        """Worker names that two live processes claim: name -> {token (the
+        refused one), until}; empty normally."""
+        now = self.time() if now is None else now
+        clashes = {}
+        for name, raw in self._client.hgetall(self.prefix + "worker_clash").items():
+            clash = json.loads(raw)
+            if clash["until"] > now:
+                clashes[_text(name)] = clash
+        return clashes
 
     def health(self, *, now: float | None = None) -> dict[str, Any]:
         """What the health check needs, O(1): {eligible (keys waiting their

@@ -63,7 +63,7 @@ from notify import emails, ratelimit, retry, signing, ssrf, transport
 from notify.events import JOB_EVENTS, SUBSCRIBABLE, Channel, EventType
 from notify.models import ChannelPreference, Delivery, DeliveryAttempt, Endpoint, Event, JobEnding
 from notify.selectors import preferences_for_user
-from project import metrics, plans
+from project import metrics, passes, plans
 from project.dbclock import db_now
 from project.lanes import Lane
 from uploads import limits
@@ -310,12 +310,14 @@ def job_notifications_reconcile() -> int:
     if not dispatcher.is_fair(Lane.IO_NOTIFY):
         return 0  # plain FIFO (benchmarks' baseline): nothing tells what the broker holds
     settled = timezone.now() - timedelta(seconds=settings.FAIR_RECONCILE_MIN_AGE_S)
-    rows = list(Job.objects.filter(notify_pending=True, finished_at__lt=settled)
-                .values_list("id", "status", "owner_id")[:10_000])
-    known = dispatcher.scheduler(Lane.IO_NOTIFY).known_many([_job_finished_task_id(i, s) for i, s, _ in rows])
-    lost = [row for row, state in zip(rows, known) if state is None]
-    plans = plans_for({owner_id for _, _, owner_id in lost})
-    return sum(job_finished_notify(job_id=i, owner_id=o, status=s, plans=plans) for i, s, o in lost)
+    pending = Job.objects.filter(notify_pending=True, finished_at__lt=settled).values_list("id", "status", "owner_id")
+    submitted = 0
+    for rows in passes.pages("job_notifications_reconcile", pending):  # bounded pages (project/passes.py)
+        known = dispatcher.scheduler(Lane.IO_NOTIFY).known_many([_job_finished_task_id(i, s) for i, s, _ in rows])
+        lost = [row for row, state in zip(rows, known) if state is None]
+        plans = plans_for({owner_id for _, _, owner_id in lost})
+        submitted += sum(job_finished_notify(job_id=i, owner_id=o, status=s, plans=plans) for i, s, o in lost)
+    return submitted
 
 
 def batch_summary_publish(*, batch, owner: AbstractBaseUser) -> Event | None:
@@ -658,22 +660,25 @@ def deliveries_reconcile() -> int:
         return 0
     now = db_now()
     overdue = now - timedelta(seconds=RECONCILE_AFTER_S)
-    rows = list(Delivery.objects.filter(
+    due = Delivery.objects.filter(
         Q(status=Delivery.Status.PENDING) & (Q(next_attempt_at__lt=overdue) | Q(next_attempt_at__isnull=True,
                                                                                created_at__lt=overdue))
         | Q(status=Delivery.Status.SENDING, lease_until__lt=now)
-    ).values_list("id", "seq", "status", "event__owner_id")[:10_000])
+    ).values_list("id", "seq", "status", "event__owner_id")
     sched = dispatcher.scheduler(Lane.IO_NOTIFY)
-    states = sched.known_many([_deliver_task_id(i, s) for i, s, _, _ in rows])
-    tries = []
-    for (delivery_id, seq, status, owner_id), state in zip(rows, states):
-        if state is not None:
-            continue
-        if status == Delivery.Status.PENDING:
-            tries.append(Try(delivery_id, seq, owner_id))
-        elif (delay_s := _claim_expire(delivery_id=delivery_id, seq=seq, now=now)) is not None:
-            tries.append(Try(delivery_id, seq + 1, owner_id, delay_s))
-    return _deliveries_enqueue(tries)
+    submitted = 0
+    for rows in passes.pages("deliveries_reconcile", due):  # bounded pages (project/passes.py)
+        states = sched.known_many([_deliver_task_id(i, s) for i, s, _, _ in rows])
+        tries = []
+        for (delivery_id, seq, status, owner_id), state in zip(rows, states):
+            if state is not None:
+                continue
+            if status == Delivery.Status.PENDING:
+                tries.append(Try(delivery_id, seq, owner_id))
+            elif (delay_s := _claim_expire(delivery_id=delivery_id, seq=seq, now=now)) is not None:
+                tries.append(Try(delivery_id, seq + 1, owner_id, delay_s))
+        submitted += _deliveries_enqueue(tries)
+    return submitted
 
 
 LOST_TRY_ERROR = "no outcome recorded: the worker stopped, or could not record the answer, before its claim expired"

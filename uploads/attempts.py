@@ -44,7 +44,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 
 import dispatcher
 import media
-from project import metrics
+from project import metrics, passes
 from project.dbclock import Now, db_now
 from project.lanes import Lane
 from uploads import parts, services
@@ -446,7 +446,9 @@ def jobs_recover_expired() -> int:
     Run by every worker's ticker (dispatcher/worker.py) under a lock."""
     expired = Job.objects.filter(status=Job.Status.RUNNING, lease_expires_at__lt=Now())  # the database's clock
     count = 0
-    for job in expired.iterator():
+    # At most a page per pass: each one leaves the set it came from, and the
+    # next pass (a few seconds on) takes the next page (project/passes.py).
+    for job in expired.order_by("lease_expires_at")[:passes.BATCH]:
         log.warning("job %s attempt %d: lease expired at %s; its worker is presumed dead",
                     job.id, job.attempts, job.lease_expires_at)
         _abandon(job, "expired")

@@ -74,21 +74,23 @@ def estimate_finish(*, remaining_worker_s: float, unfinished_jobs: int, lane: La
 
 
 def lane_share_basis(*, user_id: int) -> LaneShare | None:
-    """The user's LaneShare from one dispatcher snapshot; None when Redis
-    cannot answer (the batch is still shown, without an estimate)."""
+    """The user's LaneShare from the lane's summary and the user's own key,
+    two O(1) reads however many users have work (every batch poll asks);
+    None when Redis cannot answer (the batch is still shown, without an
+    estimate)."""
     sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
     try:
-        snap = sched.snapshot()
+        summary = sched.summary()
+        mine = sched.key_policy(str(user_id))
     except redis.RedisError as exc:
         log.warning("no finish estimate: the dispatcher's state is unreachable (%r)", exc)
         return None
-    keys = snap["keys"]
-    mine = keys.get(str(user_id))
-    if mine is not None:
-        weight, cap = float(mine["weight"]), (int(mine["cap"]) or None)
-    else:  # no work held or in flight right now: the plan as the dispatcher would apply it
+    busy = mine is not None and mine[2]
+    if busy:
+        weight, cap = mine[0], mine[1] or None
+    else:  # nothing held or in flight right now: the plan as the dispatcher would apply it
         policy = fair_policies(user_ids=[user_id], lane=Lane.CPU_TRANSCODE).get(user_id)
         weight, cap = (policy.weight, policy.cap) if policy else (1.0, None)
-    active = sum(float(k["weight"]) for key, k in keys.items() if key != str(user_id)) + weight
-    return LaneShare(slots=max(0, int(snap["totals"]["window"]) - sched.headroom), weight=weight,
-                     active_weight=active, cap=cap)
+    others = summary["active_weight"] - (weight if busy else 0.0)
+    return LaneShare(slots=max(0, int(summary["window"]) - sched.headroom), weight=weight,
+                     active_weight=max(0.0, others) + weight, cap=cap)

@@ -22,7 +22,7 @@ from django.utils import timezone
 import dispatcher
 import media
 from dispatcher import KeyPolicy
-from project import logcontext, metrics, plans
+from project import logcontext, metrics, passes, plans
 from project.dbclock import db_now
 from project.lanes import Lane
 from uploads import lifecycle, limits, parts
@@ -244,10 +244,14 @@ def jobs_reconcile() -> int:
     harmless; jobs younger than a few seconds are left to that path."""
     sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
     settled = db_now() - timedelta(seconds=settings.FAIR_RECONCILE_MIN_AGE_S)
-    queued = [str(job_id) for job_id in Job.objects.filter(
-        status=Job.Status.QUEUED, queued_at__lt=settled).values_list("id", flat=True).iterator()]
-    missing = [job_id for job_id, state in zip(queued, sched.known_many(queued)) if state is None]
-    return jobs_enqueue(job_ids=missing) if missing else 0
+    queued = Job.objects.filter(status=Job.Status.QUEUED, queued_at__lt=settled).values_list("id", flat=True)
+    submitted = 0
+    # In bounded pages that resume where the last pass stopped (project/passes.py).
+    for page in passes.pages("jobs_reconcile", queued):
+        ids = [str(job_id) for job_id in page]
+        missing = [job_id for job_id, state in zip(ids, sched.known_many(ids)) if state is None]
+        submitted += jobs_enqueue(job_ids=missing) if missing else 0
+    return submitted
 
 
 def job_lease_until(now: datetime) -> datetime:

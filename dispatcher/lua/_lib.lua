@@ -131,8 +131,11 @@ local function begin(keys)
 end
 
 -- sq: the lane's count of backlog entries ever pushed, which numbers each
--- entry (see `push_backlog`).
-local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl', 'lp', 'sq'}
+-- entry (see `push_backlog`). The lane's summary, kept by `flush` from
+-- what each call changed so that no reader scans the keys (`summary`): aw,
+-- the weights (in millionths) of the keys with work, waiting or in flight;
+-- ak, how many they are; bt, the jobs waiting; kb, the keys with some.
+local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl', 'lp', 'sq', 'aw', 'ak', 'bt', 'kb'}
 -- A fairness key's fields: vt (its virtual time), w (weight), cap, rate
 -- ("tokens_per_s:burst"), bucket ("tokens:updated_at"), n (its jobs in
 -- flight), pol (the settings "weight|cap|rate" as submit last applied them),
@@ -288,8 +291,41 @@ local function stage_changed(set, del, values, orig, suffix)
   end
 end
 
+-- What key k adds to the lane's summary (see META_FIELDS) with fields b, n, w.
+local function summary_of(b, n, w)
+  b, n = tonumber(b) or 0, tonumber(n) or 0
+  local busy = (b > 0 or n > 0) and 1 or 0
+  return busy * math.floor((tonumber(w) or 1) * 1e6 + 0.5), busy, b, b > 0 and 1 or 0
+end
+
+-- The summary follows the keys whose b, n or w the call changed: what each
+-- adds now less what it added before. Integers (weights in millionths), so
+-- that no rounding accumulates over millions of changes.
+local function update_summary()
+  local d = {0, 0, 0, 0}
+  for k, orig in pairs(key_orig) do
+    if orig.b ~= nil or orig.n ~= nil or orig.w ~= nil then
+      local now_ = key_cache[k]
+      local function was(f)
+        if orig[f] ~= nil then return orig[f] end
+        return now_[f]
+      end
+      local before, after = {summary_of(was('b'), was('n'), was('w'))}, {summary_of(now_.b, now_.n, now_.w)}
+      for i = 1, 4 do d[i] = d[i] + after[i] - before[i] end
+    end
+  end
+  if d[1] == 0 and d[2] == 0 and d[3] == 0 and d[4] == 0 then return end
+  for i, f in ipairs({'aw', 'ak', 'bt', 'kb'}) do
+    if d[i] ~= 0 then
+      local total = (tonumber(M()[f]) or 0) + d[i]
+      mset(f, total ~= 0 and string.format('%d', total) or false)
+    end
+  end
+end
+
 -- Writes what the call changed; every script ends with it.
 local function flush()
+  update_summary()
   local set, del = {}, {}
   stage_changed(set, del, meta, meta_orig)
   for k, orig in pairs(key_orig) do stage_changed(set, del, key_cache[k], orig, '|' .. k) end

@@ -117,3 +117,34 @@ def test_the_page_names_a_worker_refused_because_another_live_process_has_its_na
         assert lanes["cpu-transcode"]["worker_clashes"] == [{"name": name, "registered": holder, "refused": refused}]
         assert lanes["io-notify"]["worker_clashes"] == []
     assert all(not lane["worker_clashes"] for lane in admin_client.get("/admin/fairness/data/").json()["lanes"])
+
+
+def test_the_per_user_table_pages_most_work_first_and_finds_users_by_name(admin_client, make_user, cpu_lane_paused):
+    """120 users with work: 50 a page, those with the most waiting first;
+    a search shows the users whose names match, whatever page they are on.
+    The ranking reads every key in steps (keys_with_work), never in one
+    call; the totals come from the lane's summary."""
+    from dispatcher.admin_page import PAGE_ROWS
+
+    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
+    users = [make_user(f"pager-{i:03d}") for i in range(120)]
+    with sched.client.pipeline(transaction=False) as pipe:
+        for i, user in enumerate(users):
+            for j in range(1 + i % 7):  # 1 to 7 jobs waiting
+                sched.submit(f"page-{i}-{j}", str(user.id), payload="m", client=pipe)
+        pipe.execute()
+
+    def cpu(**query) -> dict:
+        lanes = admin_client.get("/admin/fairness/data/", query).json()["lanes"]
+        return next(lane for lane in lanes if lane["lane"] == "cpu-transcode")
+
+    first, last = cpu(page=1), cpu(page=3)
+    assert (first["page"], first["pages"], len(first["keys"]), len(last["keys"])) == (1, 3, PAGE_ROWS, 20)
+    backlogs = [row["backlog"] for row in first["keys"]]
+    assert backlogs == sorted(backlogs, reverse=True) and backlogs[0] >= 6
+    assert min(backlogs) >= max(row["backlog"] for row in last["keys"])
+    assert first["totals"]["users_with_work"] == 120
+    assert first["totals"]["held"] == sum(1 + i % 7 for i in range(120)) - first["totals"]["in_flight"]
+    found = cpu(search="pager-07")
+    assert sorted(row["user"] for row in found["keys"]) == [f"pager-{i:03d}" for i in range(70, 80)]
+    assert cpu(page=99)["page"] == 3  # past the end: the last page

@@ -99,4 +99,5 @@ def test_cancelling_from_the_middle_of_a_long_backlog_costs_the_same_few_command
             assert sched.cancel(f"j{i}")
         per_cancel[size] = _commands(private_redis) / 500
         assert "cmdstat_lrem" not in private_redis.info("commandstats")
-    assert per_cancel[20_000] == per_cancel[1_000] < 7, per_cancel  # 6, and the INFO that counts them
+    # 7 (the lane's numbers are read to keep its summary), and the INFO that counts them
+    assert per_cancel[20_000] == per_cancel[1_000] < 8, per_cancel

@@ -659,6 +659,11 @@ class SchedulerMachine(RuleBasedStateMachine):
                    for key in KEYS}
         jobs = {f"{f[0]}{f[1]}": x for f, x in fields.items() if f[0] in ("j", "p") and len(f) == 2}
         v, in_flight_count = fields.get(("V",)), fields.get(("fl",))
+        # The lane's summary (update_summary), kept by every call, is what a scan would find.
+        busy = [k for k in KEYS if m.waiting.get(k) or m.inflight_n.get(k)]
+        expected = {"aw": sum(math.floor(m.weight.get(k, 1.0) * 1e6 + 0.5) for k in busy), "ak": len(busy),
+                    "bt": sum(m.waiting.values()), "kb": len(m.waiting)}
+        assert {f: int(fields.get((f,), 0)) for f in expected} == expected
         assert not {f for f in fields if len(f) == 2 and f[1] not in KEYS and f[0] not in ("j", "p")}, "a stray field"
         scored = lambda pairs: {text(member): score for member, score in pairs}  # noqa: E731
 

@@ -1,0 +1,15 @@
+-- summary(now, default_window, headroom) -> JSON
+-- What the pages and estimates ask of a lane on every poll, in O(1): kept by
+-- each call that changes it (lua/_lib.lua, update_summary), never a scan of
+-- the keys, so its cost does not grow with the users who have work.
+-- {active_weight (the weights of the keys with work, waiting or in flight),
+-- busy_keys, waiting (jobs), waiting_keys, in_flight, window, eligible (keys
+-- whose turn can come now), delayed}
+local now = clock(ARGV[1])
+local size = window(now, tonumber(ARGV[2]), tonumber(ARGV[3]))
+local m = M()
+return cjson.encode({
+  active_weight = (tonumber(m.aw) or 0) / 1e6, busy_keys = tonumber(m.ak) or 0,
+  waiting = tonumber(m.bt) or 0, waiting_keys = tonumber(m.kb) or 0, in_flight = in_flight_total(),
+  window = size, eligible = redis.call('ZCARD', ACTIVE), delayed = redis.call('ZCARD', DELAYED),
+})
