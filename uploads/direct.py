@@ -449,8 +449,8 @@ def uploads_create_from_direct(*, owner: AbstractBaseUser, upload_ids: list,
     if missing:
         raise ApplicationError("unknown_uploads", f"These uploads are not yours or unknown: {', '.join(missing)}.",
                                extra={"direct": missing})
-    # A first look before the store is asked to complete them (uploads_record counts again, to create them).
-    limits.queued_jobs_check(adding={owner.pk: len(ids)})
+    # Before the store is asked to complete them (uploads_record counts again, under the lock, to create them).
+    limits.queued_jobs_check(adding={owner.pk: len(ids)}, first_look=True)
     uploads = direct_uploads_complete(owner=owner, upload_ids=ids)
 
     def claim() -> None:

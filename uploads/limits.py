@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import connection
 
 from project import plans
 from uploads.errors import ApplicationError
@@ -117,20 +117,23 @@ def queued_jobs_count(*, owner_id: int) -> int:
     return Job.objects.filter(owner_id=owner_id, status__in=UNFINISHED, parent__isnull=True).count()
 
 
-def queued_jobs_check(*, adding: Mapping[int, int]) -> None:
+def queued_jobs_check(*, adding: Mapping[int, int], first_look: bool = False) -> None:
     """`adding[user]` more jobs for each user must fit their max_queued_jobs,
-    or none is created (429 too_many_queued_jobs). Inside the transaction
-    that creates them (or queues them again), it holds the users' lock
-    (owner_lock) until that commits; outside any, it is a first look that
-    refuses early (before a request stores files, say)."""
-    with transaction.atomic():
+    or none is created (429 too_many_queued_jobs). Called in the transaction
+    that creates them (or queues them again): it locks the users
+    (owner_lock) until that commits. `first_look`: no lock, no transaction
+    needed; a request that will store files or ask the store to complete
+    them is refused before that work, and the check under the lock decides.
+    (A lock taken there would be held through that work when the request
+    is one transaction: an Idempotency-Key's.)"""
+    if not first_look:
         owner_lock(adding)
-        for owner_id in sorted(adding):
-            refuse_over(code="too_many_queued_jobs", limit=limits_for(user_id=owner_id).queued_jobs,
-                        count=queued_jobs_count(owner_id=owner_id), adding=adding[owner_id],
-                        message="At most {limit:,} of your jobs may be queued, scheduled or running at once: "
-                                "you have {count:,}, and this would add {adding:,}. Nothing was created; try "
-                                "again once some have finished, or cancel some.")
+    for owner_id in sorted(adding):
+        refuse_over(code="too_many_queued_jobs", limit=limits_for(user_id=owner_id).queued_jobs,
+                    count=queued_jobs_count(owner_id=owner_id), adding=adding[owner_id],
+                    message="At most {limit:,} of your jobs may be queued, scheduled or running at once: you "
+                            "have {count:,}, and this would add {adding:,}. Nothing was created; try again once "
+                            "some have finished, or cancel some.")
 
 
 __all__ = ["API_CLASSES", "DEFAULTS", "Limits", "limits_for", "owner_lock", "queued_jobs_check",

@@ -76,8 +76,8 @@ def uploads_create(
     if not files:
         raise ApplicationError("no_files", "Attach one or more files in the multipart field 'file'.")
     _check_schedule(scheduled_for)
-    # A first look, before any byte is stored (uploads_record counts again, under the lock, to create them).
-    limits.queued_jobs_check(adding={owner.pk: len(files)})
+    # Before any byte is stored (uploads_record counts again, under the lock, to create them).
+    limits.queued_jobs_check(adding={owner.pk: len(files)}, first_look=True)
     too_big = [f.name for f in files if f.size > settings.FAIRLANE_MAX_UPLOAD_BYTES]
     if too_big:
         raise ApplicationError(
