@@ -359,7 +359,11 @@ class FairScheduler:
     def summary(self, *, now: float | None = None) -> dict[str, Any]:
         """The lane at a glance, in O(1) whatever the number of users (what
         every batch poll and estimate needs): {active_weight, busy_keys,
-        waiting, waiting_keys, in_flight, window, eligible, delayed}. Kept by
+        waiting, waiting_keys, in_flight, window, eligible, delayed}, and the
+        work as an autoscaler sees it: {waiting_cost_s, in_flight_cost_s
+        (estimated worker seconds), served_s (measured worker seconds of
+        every attempt that ended, a counter), cost_ratio (measured /
+        estimated over the last few hundred finishes, 1 before any)}. Kept by
         each call that changes it, not computed by scanning."""
         return json.loads(self._run("summary", _now(now), self.default_window, self.headroom))
 

@@ -135,7 +135,13 @@ end
 -- what each call changed so that no reader scans the keys (`summary`): aw,
 -- the weights (in millionths) of the keys with work, waiting or in flight;
 -- ak, how many they are; bt, the jobs waiting; kb, the keys with some.
-local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl', 'lp', 'sq', 'aw', 'ak', 'bt', 'kb'}
+-- The work, for an autoscaler (see `count_cost`): wc and fc, the estimated
+-- cost in milliseconds of the jobs waiting in backlogs and in flight; sv,
+-- the measured worker milliseconds of every attempt that ended (a counter);
+-- ra and re, the measured and estimated costs of the jobs finished lately
+-- (each older finish weighs 1/256 less), whose ratio corrects estimates.
+local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl', 'lp', 'sq', 'aw', 'ak', 'bt', 'kb',
+                     'wc', 'fc', 'sv', 'ra', 're'}
 -- A fairness key's fields: vt (its virtual time), w (weight), cap, rate
 -- ("tokens_per_s:burst"), bucket ("tokens:updated_at"), n (its jobs in
 -- flight), pol (the settings "weight|cap|rate" as submit last applied them),
@@ -257,6 +263,14 @@ end
 -- canceled and then submitted again has both; a release leaves the record
 -- as it is, so the record alone could not).
 local function entry_of(id, g) return id .. '|' .. g end
+
+-- The lane's work in estimated milliseconds: `field` (wc, the jobs waiting;
+-- fc, the jobs in flight) changes by job's cost, `sign` 1 or -1. Integers,
+-- so that millions of changes accumulate no rounding.
+local function count_cost(field, job, sign)
+  local total = (tonumber(M()[field]) or 0) + sign * math.floor((tonumber(job.c) or 0) * 1000 + 0.5)
+  mset(field, total ~= 0 and string.format('%d', total) or false)
+end
 local function entry_parts(entry)
   local id, g = string.match(entry, '^(.*)|(%d+)$')
   return id, tonumber(g)
@@ -268,6 +282,7 @@ local function push_backlog(k, id, job, front)
   mset('sq', string.format('%d', g))
   job.g = g
   redis.call(front and 'LPUSH' or 'RPUSH', backlog(k), entry_of(id, g))
+  count_cost('wc', job, 1)
   local n = backlog_of(k) + 1
   set_backlog(k, n)
   return n
@@ -407,7 +422,9 @@ end
 -- A held job leaves its key's backlog from wherever it is in it: its entry
 -- stays, stale (the caller forgets the record or changes its state), and a
 -- release drops it when it reaches it. O(1) whatever the backlog's length.
-local function leave_backlog(k)
+local function leave_backlog(job)
+  local k = job.k
+  count_cost('wc', job, -1)
   set_stale(k, stale_of(k) + 1)
   set_backlog(k, backlog_of(k) - 1)
   untrack_if_empty(k)
@@ -432,8 +449,23 @@ local function set_in_flight(k, n) kset(k, 'n', string.format('%d', math.max(0, 
 -- `left_flight` when the caller has taken it out of `inflight` itself.
 local function left_flight(job)
   count_flight(-1)
+  count_cost('fc', job, -1)
   set_in_flight(job.k, in_flight_of(job.k) - 1)
   if cap_of(job.k) > 0 and redis.call('SREM', CAPPED, job.k) == 1 then activate(job.k) end
+end
+
+-- An attempt of `job` ended having used `actual` worker seconds (sv); a
+-- finished job's also feeds the recent measured / estimated ratio (ra, re:
+-- the sums of the last few hundred finishes, older ones weighing less), by
+-- which an autoscaler corrects the estimates of the work still to do.
+local function count_served(job, actual, finished)
+  if not actual or actual <= 0 then return end
+  mset('sv', string.format('%d', (tonumber(M().sv) or 0) + math.floor(actual * 1000 + 0.5)))
+  if finished and (tonumber(job.c) or 0) > 0 then
+    local keep = 1 - 1 / 256
+    mset('ra', fmt((tonumber(M().ra) or 0) * keep + actual))
+    mset('re', fmt((tonumber(M().re) or 0) * keep + job.c))
+  end
 end
 
 local function leave_flight(id, job)
@@ -457,7 +489,7 @@ local function drop_waiting(id, job)
   if job.s == 'delayed' then
     redis.call('ZREM', DELAYED, id)
   else
-    leave_backlog(job.k)
+    leave_backlog(job)
   end
 end
 
@@ -587,9 +619,10 @@ local function clock_tag(now) return string.format('%.0f', math.floor(now * 1e6)
 -- its message gets its id's suffix: the tag its submitter announced (a
 -- task-sent event for Flower) on the first release of a message, then the
 -- clock's, so that a message id is never pushed twice. Returns the message.
-local function send(id, k, finish, payload, job_tag, now, lease_s)
+local function send(id, k, cost, finish, payload, job_tag, now, lease_s)
   kset(k, 'vt', fmt(finish))
   count_flight(1)
+  count_cost('fc', {c = cost}, 1)
   redis.call('ZADD', INFLIGHT, fmt(now + lease_s), id)
   set_in_flight(k, in_flight_of(k) + 1)
   local message = replace_plain(payload, RELEASE_TAG, job_tag)
@@ -672,6 +705,7 @@ local function release(now_arg, lease_s, default_window, headroom, limit)
       local left = backlog_of(k) - 1
       set_backlog(k, left)
       local job = cjson.decode(job_val[record_field(id)])
+      count_cost('wc', job, -1)
       local start = math.max(tonumber(head[2]), v)
       local finish = start + job.c / weight(k)
       v = start
@@ -686,7 +720,7 @@ local function release(now_arg, lease_s, default_window, headroom, limit)
         job.r = nil
         save_job(id, job)
       end
-      local message = send(id, k, finish, job_val[payload_field(id)], job.t or tag, now, lease_s)
+      local message = send(id, k, job.c, finish, job_val[payload_field(id)], job.t or tag, now, lease_s)
       out[#out + 1] = id
       out[#out + 1] = message
       room = room - 1
@@ -717,7 +751,7 @@ local function release_direct(id, k, cost, payload, job_tag, now_arg, lease_s, d
   local start = math.max(vt_of(k), vclock())
   if start ~= vclock() then mset('V', fmt(start)) end
   note_progress(now_arg)
-  return send(id, k, start + cost / weight(k), payload, job_tag or clock_tag(now), now, lease_s)
+  return send(id, k, cost, start + cost / weight(k), payload, job_tag or clock_tag(now), now, lease_s)
 end
 
 -- submit(job_id, key, cost, payload, weight, cap, rate, due, now, delay, tag): see submit.lua.

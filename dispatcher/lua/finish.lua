@@ -17,6 +17,7 @@ if job then
   if redis.call('ZREM', INFLIGHT, id) == 1 then  -- released or running
     ran = true
     if actual then adjust_vt(job.k, (actual - job.c) / weight(job.k)) end
+    count_served(job, actual, true)
     left_flight(job)
   else
     drop_waiting(id, job)

@@ -22,6 +22,7 @@ if payload and payload ~= '' then
   job.t = ARGV[7] ~= '' and ARGV[7] or nil
 end
 adjust_vt(job.k, (actual - job.c) / weight(job.k))
+count_served(job, actual, false)
 leave_flight(id, job)
 if due and due > now then
   job.s = 'delayed'

@@ -12,9 +12,10 @@ prefetch(true, nil, {record_field(id)})  -- the record and the lane's numbers in
 local job = load_job(id)
 if not job or job.s == 'delayed' or job.r then return 0 end
 if job.s == 'held' and not in_flight(id) then
-  leave_backlog(job.k)  -- its entry is stale once the record says running
+  leave_backlog(job)  -- its entry is stale once the record says running
   set_in_flight(job.k, in_flight_of(job.k) + 1)
   count_flight(1)
+  count_cost('fc', job, 1)
 end
 redis.call('ZADD', INFLIGHT, fmt(now + lease_s), id)
 job.s = 'running'

@@ -4,12 +4,19 @@
 -- the keys, so its cost does not grow with the users who have work.
 -- {active_weight (the weights of the keys with work, waiting or in flight),
 -- busy_keys, waiting (jobs), waiting_keys, in_flight, window, eligible (keys
--- whose turn can come now), delayed}
+-- whose turn can come now), delayed, and the work for an autoscaler:
+-- waiting_cost_s and in_flight_cost_s (estimated worker seconds), served_s
+-- (measured worker seconds of every attempt that ended: a counter) and
+-- cost_ratio (measured / estimated over the last few hundred finishes; 1
+-- before any)}
 local now = clock(ARGV[1])
 local size = window(now, tonumber(ARGV[2]), tonumber(ARGV[3]))
 local m = M()
+local ra, re = tonumber(m.ra) or 0, tonumber(m.re) or 0
 return cjson.encode({
   active_weight = (tonumber(m.aw) or 0) / 1e6, busy_keys = tonumber(m.ak) or 0,
   waiting = tonumber(m.bt) or 0, waiting_keys = tonumber(m.kb) or 0, in_flight = in_flight_total(),
   window = size, eligible = redis.call('ZCARD', ACTIVE), delayed = redis.call('ZCARD', DELAYED),
+  waiting_cost_s = (tonumber(m.wc) or 0) / 1000, in_flight_cost_s = (tonumber(m.fc) or 0) / 1000,
+  served_s = (tonumber(m.sv) or 0) / 1000, cost_ratio = re > 0 and ra / re or 1,
 })

@@ -496,3 +496,26 @@ def test_a_backlog_of_only_stale_entries_goes_at_once(sched, redis_client):
         assert sched.cancel(job_id)
     assert not redis_client.exists(sched.prefix + "q:bob")
     assert sched.release(now=0) == [] and sched.snapshot()["totals"]["active_keys"] == 0
+
+
+def test_the_summary_says_the_lanes_work_in_worker_seconds(sched):
+    """What an autoscaler reads, kept by the calls that change it: the
+    estimated worker seconds waiting and in flight, the measured seconds
+    served (every attempt's, a counter) and the measured / estimated ratio
+    of the jobs finished lately."""
+    submit_many(sched, "u", 4, cost=10.0)
+    assert sched.submit("v-0", "v", cost=2.5, now=0, payload="m", delay_s=60)  # delayed: not waiting yet
+    work = lambda: {f: sched.summary(now=0)[f] for f in  # noqa: E731
+                    ("waiting_cost_s", "in_flight_cost_s", "served_s", "cost_ratio")}
+    assert work() == {"waiting_cost_s": 40.0, "in_flight_cost_s": 0.0, "served_s": 0.0, "cost_ratio": 1}
+    sched.release(now=0)  # a window of 3
+    assert work() == {"waiting_cost_s": 10.0, "in_flight_cost_s": 30.0, "served_s": 0.0, "cost_ratio": 1}
+    sched.finish("u-0", actual_cost=15.0, now=0)  # and u-3 is released into its slot
+    assert work() == {"waiting_cost_s": 0.0, "in_flight_cost_s": 30.0, "served_s": 15.0, "cost_ratio": 1.5}
+    sched.requeue("u-1", actual_cost=4.0)  # an attempt handed back: served, not a finish
+    assert work() == {"waiting_cost_s": 10.0, "in_flight_cost_s": 20.0, "served_s": 19.0, "cost_ratio": 1.5}
+    assert sched.cancel("u-1")
+    sched.finish("u-2", actual_cost=5.0, now=0)
+    summary = sched.summary(now=0)
+    assert (summary["waiting_cost_s"], summary["in_flight_cost_s"], summary["served_s"]) == (0.0, 10.0, 24.0)
+    assert summary["cost_ratio"] == pytest.approx((15 * (1 - 1 / 256) + 5) / (10 * (1 - 1 / 256) + 10))

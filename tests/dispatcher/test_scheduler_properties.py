@@ -126,6 +126,8 @@ class Model:
     missing: dict[str, tuple[float, float]] = field(default_factory=dict)  # job -> (missing since, its lease then)
     checked: float | None = None  # the last look for lost messages
     progress_at: float | None = None  # lp: the last release, start, heartbeat or finish
+    served_ms: int = 0  # sv: the measured worker time of every attempt that ended
+    recent: tuple[float, float] = (0.0, 0.0)  # ra, re: measured and estimated, the last finishes weighing most
 
     # --- _lib.lua --------------------------------------------------------------
 
@@ -368,6 +370,7 @@ class Model:
             if ran:
                 if actual is not None:
                     self.adjust_vt(job.key, (actual - job.cost) / self.weight.get(job.key, 1.0))
+                    self.count_served(job, actual, finished=True)
                 self.leave_flight(job_id)
             else:
                 self.drop_waiting(job_id)
@@ -386,6 +389,7 @@ class Model:
         if payload:
             job.payload, job.tag = payload, tag or None
         self.adjust_vt(job.key, (actual - job.cost) / self.weight.get(job.key, 1.0))
+        self.count_served(job, actual, finished=False)
         self.leave_flight(job_id)
         if due is not None and due > now:
             job.state, job.front = "delayed", True
@@ -394,6 +398,13 @@ class Model:
             self.put_back(job_id)
             job.handed_back = True
         return True
+
+    def count_served(self, job: Job, actual: float, *, finished: bool) -> None:
+        if actual > 0:
+            self.served_ms += math.floor(actual * 1000 + 0.5)
+            if finished and job.cost > 0:
+                keep = 1 - 1 / 256
+                self.recent = (self.recent[0] * keep + actual, self.recent[1] * keep + job.cost)
 
     def reap(self, now: float) -> list[str]:
         expired = sorted((j for j, deadline in self.inflight.items() if deadline <= now),
@@ -664,6 +675,12 @@ class SchedulerMachine(RuleBasedStateMachine):
         expected = {"aw": sum(math.floor(m.weight.get(k, 1.0) * 1e6 + 0.5) for k in busy), "ak": len(busy),
                     "bt": sum(m.waiting.values()), "kb": len(m.waiting)}
         assert {f: int(fields.get((f,), 0)) for f in expected} == expected
+        # The work (count_cost, count_served): estimated milliseconds waiting
+        # and in flight, measured ones served, the recent ratio's sums.
+        ms = lambda job_ids: sum(math.floor(m.jobs[j].cost * 1000 + 0.5) for j in job_ids)  # noqa: E731
+        work = {"wc": ms(j for key in KEYS for j in m.backlog(key)), "fc": ms(m.inflight), "sv": m.served_ms}
+        assert {f: int(fields.get((f,), 0)) for f in work} == work
+        assert (float(fields.get(("ra",), 0)), float(fields.get(("re",), 0))) == pytest.approx(m.recent, rel=1e-12)
         assert not {f for f in fields if len(f) == 2 and f[1] not in KEYS and f[0] not in ("j", "p")}, "a stray field"
         scored = lambda pairs: {text(member): score for member, score in pairs}  # noqa: E731
 
