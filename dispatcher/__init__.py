@@ -18,6 +18,10 @@ Layout
   reports, heartbeats, the ticker, draining); `project/celery.py` imports it.
 - `hosts.py`: which worker hosts are alive and which of their processes, as
   the hosts say (a sweep elsewhere tells a lost host from a crash).
+- `autoscale.py`: a lane's work in worker-seconds and the worker hosts
+  that clear it within a target, for /metrics and autoscalers.
+- `protection.py`: a worker host's scale-in protection (ECS, Kubernetes,
+  none), kept by `worker.py` while the host has work.
 - `health.py`: whether a lane moves (a stalled lane has work and has moved
   nothing for FAIR_STALL_S), for /healthz, /metrics and the staff page.
 - `admin_page.py` (+ `templates/`): the staff page `/admin/fairness/`.
@@ -116,8 +120,12 @@ We chose hold-and-release because:
 The doorbell remains the better fit if long jobs meet kombu's visibility
 timeout; the lease layout here (inflight set, heartbeats) would carry over.
 """
+from dispatcher.autoscale import LaneWork, lane_work, slots_per_host, suggested_hosts
 from dispatcher.health import LaneHealth, lane_health
 from dispatcher.hosts import host_processes, register_host, unregister_worker_of_host
+from dispatcher.protection import (
+    EcsAgentProtection, HostProtection, KubernetesPodProtection, NoProtection, ProtectionError, ProtectionProvider,
+)
 from dispatcher.scheduler import NO_RATE_LIMIT, FairScheduler, Released
 from dispatcher.service import (
     HANDED_BACK, KeyPolicy, Submission, after_commit, cancel, enqueue, enqueue_many, finish, hand_back, is_draining,
@@ -125,8 +133,9 @@ from dispatcher.service import (
 )
 
 __all__ = (
-    "HANDED_BACK", "NO_RATE_LIMIT", "FairScheduler", "KeyPolicy", "LaneHealth", "Released", "Submission",
-    "after_commit", "cancel", "enqueue", "enqueue_many", "finish", "hand_back", "host_processes", "is_draining",
-    "is_fair", "job_id_of", "lane_health", "register_host", "release_all", "scheduler", "set_draining",
-    "unregister_worker_of_host",
+    "HANDED_BACK", "NO_RATE_LIMIT", "EcsAgentProtection", "FairScheduler", "HostProtection", "KeyPolicy",
+    "KubernetesPodProtection", "LaneHealth", "LaneWork", "NoProtection", "ProtectionError", "ProtectionProvider",
+    "Released", "Submission", "after_commit", "cancel", "enqueue", "enqueue_many", "finish", "hand_back",
+    "host_processes", "is_draining", "is_fair", "job_id_of", "lane_health", "lane_work", "register_host",
+    "release_all", "scheduler", "set_draining", "slots_per_host", "suggested_hosts", "unregister_worker_of_host",
 )

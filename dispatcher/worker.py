@@ -42,6 +42,12 @@
   each one's interrupt-handler to hand it back (FAIR_INTERRUPT_HANDLERS).
 - A task that returns HANDED_BACK has given its job back to the
   scheduler (or the job is another delivery's): no finish is reported.
+- Scale-in protection (protection.py, FAIRLANE_SCALE_PROTECTION): from
+  worker_ready a thread keeps the host protected while the main process
+  holds fetched or running requests, or held one within
+  FAIRLANE_IDLE_UNPROTECT_S; task_received (main process, as a message is
+  fetched) wakes it at once; worker_shutting_down ends it for good (an
+  unprotect, never a protect again).
 
 Signals fire in the process that runs the task: a prefork child or a thread
 of the threads pool, hence the per-process state under a lock.
@@ -62,7 +68,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
-from dispatcher import monitor
+from dispatcher import monitor, protection
 from dispatcher.hosts import register_host, unregister_worker_of_host
 from dispatcher.service import (
     FAIR_KEY_HEADER, HANDED_BACK, finish, hand_back_message, job_id_of, release_all, scheduler, set_draining,
@@ -90,6 +96,7 @@ _loaded_at = time.time()  # about when this process started: with the pid, no la
 _refused: set[Lane] = set()  # lanes where another live process holds this worker's name
 _stop = threading.Event()
 _draining = threading.Event()  # SIGTERM received: no re-registration, no new jobs
+_protection: protection.HostProtection | None = None  # this host's scale-in protection (main process)
 # A message taken just before the scheduler looked for lost ones is listed
 # by this process's next report; the margin covers the moment between taking
 # it and noting it plus the report's round trip (scheduler.holding).
@@ -240,6 +247,8 @@ def _on_task_unknown(sender=None, name: str = "", id: str = "", **kwargs) -> Non
 def _on_shutting_down(**kwargs) -> None:
     # Runs inside the main process's signal handler: the interrupted thread
     # may hold a connection pool's lock, so all I/O happens in a thread.
+    if _protection is not None:
+        _protection.shutdown()  # first: no protect request leaves after this
     if _worker_lanes and not _draining.is_set():
         _draining.set()
         threading.Thread(target=_drain, name="fair-drain", daemon=True).start()
@@ -448,9 +457,39 @@ def _on_worker_ready(sender, **kwargs) -> None:
     threading.Thread(target=_ticker_loop, name="fair-ticker", daemon=True).start()
 
 
+@signals.worker_ready.connect
+def _start_protection(sender, **kwargs) -> None:
+    """Scale-in protection for this host, unless none is configured."""
+    global _protection
+    try:
+        provider = protection.provider_from_settings(settings)
+    except ValueError as exc:  # misconfigured: say so at start, run unprotected
+        log.error("scale-in protection %s is off: %s", settings.FAIRLANE_SCALE_PROTECTION, exc)
+        return
+    if provider.name == "none":
+        return
+    _protection = protection.HostProtection(provider, busy=_has_requests, idle_s=settings.FAIRLANE_IDLE_UNPROTECT_S)
+    _protection.start()
+
+
+def _has_requests() -> bool:
+    """The main process holds a request: fetched (reserved, prefetched) or running."""
+    from celery.worker import state
+
+    return bool(state.requests)
+
+
+@signals.task_received.connect
+def _on_task_received(**kwargs) -> None:
+    if _protection is not None:
+        _protection.wake()  # protect now, not at the next tick
+
+
 @signals.worker_shutdown.connect
 def _on_worker_shutdown(**kwargs) -> None:
     _stop.set()
+    if _protection is not None:
+        _protection.join(timeout=5)  # its last word, the unprotect, goes out first
     for name, lane, _ in _worker_lanes:
         try:
             scheduler(lane).unregister_worker(name, token=_instance())

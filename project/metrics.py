@@ -7,8 +7,9 @@ own multiprocess mode would only see one host. Gauges (backlog, in flight,
 active users, worker heartbeat age) are read from the fair dispatcher at
 scrape time.
 
-The autoscaling signal is `fairlane_backlog_jobs{lane=...}` + in flight: see
-the README's operations section.
+The autoscaling signal is each lane's work in worker-seconds and the hosts
+suggested for it (`fairlane_suggested_hosts`, dispatcher/autoscale.py):
+docs/scale-out.md, "Scaling".
 """
 from __future__ import annotations
 
@@ -120,6 +121,7 @@ def _gauges(now: float):
                              "renewed or finished a job.", labels=["lane"])
     lost = GaugeMetricFamily("fairlane_lost_messages_pending", "Released jobs found in no queue and held by no "
                              "worker, to be offered again within seconds.", labels=["lane"])
+    work = _work_families()
     for lane in sorted(FAIR_LANES):
         sched = dispatcher.scheduler(lane)
         summary = sched.summary(now=now)  # O(1): a scrape costs the same with 10 users or 100,000
@@ -128,13 +130,48 @@ def _gauges(now: float):
         delayed.add_metric([lane.value], summary["delayed"])
         active.add_metric([lane.value], summary["waiting_keys"])
         window.add_metric([lane.value], summary["window"])
-        for name, (_, expires_at) in sorted(sched.live_workers(now=now).items()):
+        live = sched.live_workers(now=now)
+        for name, (_, expires_at) in sorted(live.items()):
             age.add_metric([lane.value, name], max(0.0, now - (expires_at - settings.FAIR_WORKER_TTL_S)))
         health = dispatcher.lane_health(lane)
         stalled.add_metric([lane.value], float(health.stalled))
         idle.add_metric([lane.value], health.idle_s)
         lost.add_metric([lane.value], health.lost_pending)
-    yield from (backlog, in_flight, delayed, active, window, age, stalled, idle, lost)
+        _add_work(work, lane.value, summary, [slots for slots, _ in live.values()])
+    yield from (backlog, in_flight, delayed, active, window, age, stalled, idle, lost, *work.values())
+
+
+# The autoscaling series, per lane (dispatcher/autoscale.py): key, family, name, help.
+WORK_SERIES = (
+    ("backlog", GaugeMetricFamily, "fairlane_backlog_work_seconds",
+     "Estimated worker-seconds of the jobs waiting, corrected by the measured / estimated ratio."),
+    ("in_flight", GaugeMetricFamily, "fairlane_in_flight_work_seconds",
+     "Estimated worker-seconds of the jobs released or running (whole), corrected likewise."),
+    ("served", CounterMetricFamily, "fairlane_served_work_seconds",
+     "Measured worker-seconds of every attempt that ended; its rate is the lane's service rate."),
+    ("ratio", GaugeMetricFamily, "fairlane_cost_ratio", "Measured / estimated cost of the jobs finished lately "
+     "(1 before any)."),
+    ("hosts", GaugeMetricFamily, "fairlane_worker_hosts", "Worker hosts registered on the lane (one worker each)."),
+    ("suggested", GaugeMetricFamily, "fairlane_suggested_hosts", "Worker hosts that clear the lane's work within "
+     "FAIRLANE_SCALE_TARGET_S (autoscaling signal; 0: no work)."),
+)
+
+
+def _work_families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
+    return {key: family(name, doc, labels=["lane"]) for key, family, name, doc in WORK_SERIES}
+
+
+def _add_work(families: dict, lane: str, summary: dict, live_slots: list[int]) -> None:
+    """The lane's work and suggested hosts (dispatcher/autoscale.py)."""
+    work = dispatcher.lane_work(summary)
+    per_host = dispatcher.slots_per_host(live_slots, configured=settings.FAIRLANE_SCALE_HOST_SLOTS)
+    families["backlog"].add_metric([lane], work.waiting_work_s)
+    families["in_flight"].add_metric([lane], work.in_flight_work_s)
+    families["served"].add_metric([lane], work.served_s)
+    families["ratio"].add_metric([lane], work.cost_ratio)
+    families["hosts"].add_metric([lane], len(live_slots))
+    families["suggested"].add_metric([lane], dispatcher.suggested_hosts(
+        work_s=work.work_s, jobs=work.jobs, target_s=settings.FAIRLANE_SCALE_TARGET_S, slots_per_host=per_host))
 
 
 class _Collector:

@@ -605,6 +605,42 @@ if PRODUCTION and FAIRLANE_FAULT_INJECTION:
 # /metrics answers only with `Authorization: Bearer <METRICS_TOKEN>`; unset, it is off.
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 
+# --- Autoscaling (dispatcher/autoscale.py, dispatcher/protection.py; docs/scale-out.md) ---
+# /metrics suggests per lane the worker hosts that clear its work (waiting
+# and in flight, in cost-corrected worker-seconds) within this many seconds
+# (fairlane_suggested_hosts). 5 minutes: about what a new host takes to start
+# and warm up, so a burst is asked for in one step, not chased.
+FAIRLANE_SCALE_TARGET_S = float(os.environ.get("FAIRLANE_SCALE_TARGET_S", "300"))
+# Slots of one worker host for that suggestion; 0: the live workers' mean
+# (1 while none is live, so set it when the lane scales from zero).
+FAIRLANE_SCALE_HOST_SLOTS = int(os.environ.get("FAIRLANE_SCALE_HOST_SLOTS", "0"))
+# Scale-in protection of each worker host: "none", "ecs" (the ECS agent's
+# task-protection endpoint, $ECS_AGENT_URI, which ECS sets in every task) or
+# "kubernetes" (the pod's controller.kubernetes.io/pod-deletion-cost, patched
+# through the API server with the pod's service account).
+FAIRLANE_SCALE_PROTECTION = os.environ.get("FAIRLANE_SCALE_PROTECTION", "none")
+# A host stays protected while it has fetched or running work, and this long
+# after its last; then it is unprotected. Far longer than the gap between two
+# jobs of a busy lane (milliseconds), which a per-job toggle would leave open.
+FAIRLANE_IDLE_UNPROTECT_S = float(os.environ.get("FAIRLANE_IDLE_UNPROTECT_S", "60"))
+ECS_AGENT_URI = os.environ.get("ECS_AGENT_URI", "")
+# ECS protection expires by itself after this (so a wedged worker cannot
+# hold its task forever); renewed at half of it while protected.
+FAIRLANE_ECS_PROTECTION_MINUTES = int(os.environ.get("FAIRLANE_ECS_PROTECTION_MINUTES", "30"))
+# Kubernetes: the API server as every pod sees it, the pod's own service
+# account (token re-read on every call: projected tokens rotate) and the
+# pod's name (HOSTNAME, unless the downward API gives FAIRLANE_POD_NAME).
+_K8S_SA = "/var/run/secrets/kubernetes.io/serviceaccount"
+FAIRLANE_K8S_API_URL = os.environ.get("FAIRLANE_K8S_API_URL") or (
+    f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ.get('KUBERNETES_SERVICE_PORT', '443')}"
+    if os.environ.get("KUBERNETES_SERVICE_HOST") else "")
+FAIRLANE_K8S_TOKEN_FILE = os.environ.get("FAIRLANE_K8S_TOKEN_FILE", f"{_K8S_SA}/token")
+FAIRLANE_K8S_CA_FILE = os.environ.get("FAIRLANE_K8S_CA_FILE", f"{_K8S_SA}/ca.crt")
+FAIRLANE_K8S_NAMESPACE_FILE = os.environ.get("FAIRLANE_K8S_NAMESPACE_FILE", f"{_K8S_SA}/namespace")
+FAIRLANE_POD_NAME = os.environ.get("FAIRLANE_POD_NAME") or os.environ.get("HOSTNAME", "")
+if FAIRLANE_SCALE_PROTECTION not in ("none", "ecs", "kubernetes"):
+    raise ImproperlyConfigured("FAIRLANE_SCALE_PROTECTION must be none, ecs or kubernetes")
+
 # --- Security (production) ---------------------------------------------------------
 if PRODUCTION:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
