@@ -50,15 +50,21 @@ pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture(scope="module")
 def media(tmp_path_factory) -> dict[str, Path]:
-    """A video long enough to be caught mid-transcode, and a small image."""
+    """A video long enough to be caught mid-transcode, a small image and a detailed one."""
     folder = tmp_path_factory.mktemp("chaos-media")
     from PIL import Image
 
     image = folder / "photo.png"
     Image.new("RGB", (320, 240), (200, 80, 40)).save(image)
+    # A photograph's worth of detail: each size and the largest's JPEG are
+    # worth their bytes, so one upload stores several files (an export's chunks).
+    photo = folder / "detailed.jpg"
+    Image.merge("RGB", [Image.effect_noise((1000, 750), 40).point(lambda v, c=c: v // 2 + c)
+                        for c in (60, 90, 120)]).save(photo, quality=92)
     poison = folder / "poison.mp4"
     poison.write_bytes(FAULT_POISON_MARKER + b"\0" * 1024)
-    return {"video": make_video(folder / "clip.mp4", seconds=6, size="640x360"), "image": image, "poison": poison}
+    return {"video": make_video(folder / "clip.mp4", seconds=6, size="640x360"), "image": image, "photo": photo,
+            "poison": poison}
 
 
 def post_late_batch(cluster: Cluster, make_user, media) -> list[str]:
@@ -301,11 +307,11 @@ def test_an_export_killed_mid_way_resumes_from_its_last_checkpoint(cluster, make
     cluster.start_io()
     user = make_user("exporter")
     client = api_client_for(user)
-    jobs = post(client, [media["image"]] * 4)
+    jobs = post(client, [media["photo"]] * 3)
     wait_all_terminal(jobs)
     batch = client.get(f"/api/jobs/{jobs[0]}/").json()["batch"]
     files = sum(len(media_store.list_prefix(media_store.job_prefix(job_id=j))) for j in jobs)
-    assert files > 8  # more than the two chunks of 4 the first attempt writes before it dies
+    assert files > 8  # more than the two chunks of 4 the first attempt writes before it dies (3 x 4)
 
     resp = client.post("/api/exports/", {"batch": batch}, format="json")
     assert resp.status_code == 202, resp.content

@@ -7,6 +7,7 @@ what was accepted as it was, and never touches another user. (Webhook
 endpoints: tests/notify/test_limits.py; API rates: test_throttling.py.)"""
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from datetime import timedelta
@@ -218,7 +219,8 @@ def test_counting_a_users_jobs_reads_them_by_index_never_the_whole_table(make_us
         with connection.cursor() as cursor:  # a tiny table would be scanned whatever its indexes
             cursor.execute("SET LOCAL enable_seqscan = off")
         plan_text = counted.explain()
-        assert "Seq Scan" not in plan_text and "Index Cond: (owner_id = " in plan_text, plan_text
+        # PostgreSQL wraps the condition in one pair of parentheses or two, by what it is ANDed with
+        assert "Seq Scan" not in plan_text and re.search(r"Index Cond: \(+owner_id = ", plan_text), plan_text
     else:
         plan_text = counted.explain()
         assert "USING INDEX" in plan_text and "owner_id=?" in plan_text, plan_text
