@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "dispatcher",
     "media",
     "uploads",
+    "organisations",
     "transcoding",
     "exports",
     "notify",

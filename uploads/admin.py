@@ -12,6 +12,7 @@ from django_celery_results.admin import TaskResultAdmin
 from django_celery_results.models import TaskResult
 from rest_framework.authtoken.models import Token, TokenProxy
 
+from organisations import admin as organisations_admin
 from uploads import limits, services
 from uploads.admin_records import RecordAdmin, RecordInline, compact_time, created, cut, short_id
 from uploads.errors import ApplicationError
@@ -56,8 +57,24 @@ admin.site.unregister(TokenProxy)
 
 @admin.register(User)
 class FairlaneUserAdmin(UserAdmin):
-    inlines = [*UserAdmin.inlines, ProfileInline]
-    actions = ["revoke_api_tokens"]
+    inlines = [*UserAdmin.inlines, organisations_admin.MembershipInline, ProfileInline]
+    actions = ["revoke_api_tokens", organisations_admin.move_to_organisation]
+    list_display = [*UserAdmin.list_display, organisations_admin.organisation_column]
+    list_select_related = ["membership__organisation"]
+    search_fields = [*UserAdmin.search_fields, "membership__organisation__name"]
+
+    def lookup_allowed(self, lookup: str, value: str, request=None) -> bool:
+        """An organisation's page links to its members: this list filtered by it."""
+        return lookup == organisations_admin.MEMBERS_LOOKUP or super().lookup_allowed(lookup, value, request)
+
+    def has_move_permission(self, request) -> bool:
+        return organisations_admin.has_move_permission(request)
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is organisations_admin.MembershipInline.model:
+            organisations_admin.membership_saved(request, formset)
+        else:
+            super().save_formset(request, form, formset, change)
 
     @admin.action(description="Revoke the API tokens of selected users", permissions=["change"])
     def revoke_api_tokens(self, request, queryset):

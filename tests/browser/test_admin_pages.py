@@ -29,10 +29,17 @@ def records(make_person):
     from django_celery_results.models import TaskResult
 
     from notify.models import ChannelPreference, Delivery, DeliveryAttempt, Endpoint, Event, JobEnding
+    from organisations import members_move, organisation_create
     from uploads.models import Job, JobAttempt, Output, Profile, Upload
 
     alice = make_person("alice")
     Profile.objects.create(user=alice, weight=2.0, transcode_cap=4)
+    # An organisation of several people (alice's page shows it; the others
+    # stay in their organisations of one).
+    studio = organisation_create(name="Northwind Post-Production Studio", transcode_weight=3.0, transcode_cap=12,
+                                 notify_rate_per_s=20.0)
+    members_move(user_ids=[alice.pk, *(make_person(f"editor-{i:02}").pk for i in range(1, 25))],
+                 organisation=studio)
     now = timezone.now()
     batch = uuid.uuid4()
 
@@ -78,7 +85,8 @@ def records(make_person):
     ChannelPreference.objects.create(user=alice, channel="email", events=["batch.completed"])
     TaskResult.objects.create(task_id=f"{done.id}@1764168000123456", task_name="transcoding.job_run",
                               status="SUCCESS", worker="cpu@worker-host-a.example.internal")
-    return {"done": done, "failed": failed, "parent": parent, "batch": batch, "webhook": webhook}
+    return {"done": done, "failed": failed, "parent": parent, "batch": batch, "webhook": webhook,
+            "organisation": studio}
 
 
 def _admin_pages(records: dict) -> list[tuple[str, str]]:
@@ -90,7 +98,9 @@ def _admin_pages(records: dict) -> list[tuple[str, str]]:
              ("job-done", reverse(job_page, args=[records["done"].id])),
              ("job-failed", reverse(job_page, args=[records["failed"].id])),
              ("job-chunked", reverse(job_page, args=[records["parent"].id])),
-             ("delivery-failed", reverse(delivery_page, args=[records["webhook"].id]))]
+             ("delivery-failed", reverse(delivery_page, args=[records["webhook"].id])),
+             ("organisation-of-25", reverse("admin:organisations_organisation_change",
+                                            args=[records["organisation"].pk]))]
     for model in sorted(admin.site._registry, key=lambda m: m._meta.label):
         opts = model._meta
         name = f"{opts.app_label}-{opts.model_name}"
