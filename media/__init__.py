@@ -30,6 +30,7 @@ from media.store import (
     open_stream,
     presigned_url,
     put_file,
+    put_many,
     put_tree,
     read_bytes,
     reset_clients,
@@ -41,6 +42,6 @@ __all__ = [
     "Part", "StorageUnavailable", "UploadGone", "attempt_scratch", "content_type_for", "delete", "delete_prefix",
     "exists", "export_key", "exports_prefix", "fetch", "fetch_input", "fetch_many", "job_prefix", "keep_input",
     "list_prefix", "multipart_abort", "multipart_begin", "multipart_complete", "multipart_put", "open_file",
-    "open_stream", "outputs_prefix", "presigned_url", "put_file", "put_tree", "read_bytes", "reset_clients",
+    "open_stream", "outputs_prefix", "presigned_url", "put_file", "put_many", "put_tree", "read_bytes", "reset_clients",
     "save_upload", "scratch_sweep", "upload_key", "uses_object_storage",
 ]

@@ -176,16 +176,21 @@ def put_file(local: Path, key: str, *, consume: bool = False, client=None) -> in
 
 
 @store_call
-def put_tree(local_dir: Path, prefix: str) -> dict[str, int]:
+def put_tree(local_dir: Path, prefix: str, *, skip: dict[str, int] | None = None) -> dict[str, int]:
     """Upload every file under `local_dir` to `prefix` + its relative path
     (consuming them); returns {relative path: size}. Playlists go last, so that whoever lists
     the prefix never finds a playlist naming a segment that is not there
-    yet (publishing is still the database transition's job)."""
+    yet (publishing is still the database transition's job). `skip`:
+    {relative path: size} of files stored already (the segments an
+    attempt streamed while it encoded, transcoding/live.py), counted but
+    not uploaded again."""
+    skip = skip or {}
     files = sorted(p for p in local_dir.rglob("*") if p.is_file())
     rel = {p: p.relative_to(local_dir).as_posix() for p in files}
+    files = [p for p in files if rel[p] not in skip]
     first = [p for p in files if p.suffix != ".m3u8"]
     last = [p for p in files if p.suffix == ".m3u8"]
-    sizes: dict[str, int] = {}
+    sizes: dict[str, int] = dict(skip)
     client = _client() if uses_object_storage() else None  # thread-safe: one for every upload thread
     with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
         for batch in (first, last):
@@ -193,6 +198,16 @@ def put_tree(local_dir: Path, prefix: str) -> dict[str, int]:
             for path, size in zip(batch, uploads):
                 sizes[rel[path]] = size
     return sizes
+
+
+@store_call
+def put_many(pairs: list[tuple[Path, str]]) -> list[int]:
+    """Store each (local file, key) in parallel, as put_tree does, without
+    consuming the files (their encoder may still read them); returns the
+    sizes."""
+    client = _client() if uses_object_storage() else None
+    with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
+        return list(pool.map(lambda pair: put_file(*pair, client=client), pairs))
 
 
 @store_call

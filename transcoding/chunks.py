@@ -25,18 +25,25 @@ writes playlists that list the segments of all chunks in order.
   demuxer that checks them sees one stream.
 - Audio is encoded once, for the whole file, as its own HLS rendition
   (EXT-X-MEDIA TYPE=AUDIO): AAC cut per chunk would carry an encoder delay
-  and a partial frame at every join.
+  and a partial frame at every join. The first chunk encodes it, beside
+  its own video in a second ffmpeg: a chunked video is playable once its
+  first chunk's first segments and its sound's are stored, so the sound
+  cannot wait for a job of its own (plans stored before had an audio part).
+- The first chunk's first segment is one second (ladder.HEAD_SEGMENT_S),
+  so it is playable after one second of video is encoded; the files after
+  it are numbered one further on (ChunkPlan.file_number).
 """
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 from django.conf import settings
 
-from transcoding import aac, ffmpeg, ladder, storyboard
+from transcoding import aac, ffmpeg, ladder, live, storyboard
 from transcoding.errors import MediaError
 from transcoding.probe import Probe
 from transcoding.produced import Produced, kbps
@@ -65,6 +72,11 @@ class ChunkPlan:
     audio_kbps: int = aac.VIDEO_STEREO_MAX_KBPS
     audio_channels: int = 2
     audio_sample_rate: int = aac.SAMPLE_RATE
+    # The first chunk's short first segment (0: none, as in plans stored
+    # before it), and whether the first chunk encodes the sound (else an
+    # audio part of its own does, as in plans stored before).
+    head_s: float = 0.0
+    sound_in_first_chunk: bool = False
 
     @property
     def sound(self) -> aac.Aac:
@@ -76,6 +88,15 @@ class ChunkPlan:
 
     def start_s(self, index: int) -> float:
         return self.chunks[index][0] * self.segment_duration_s
+
+    def file_number(self, index: int) -> int:
+        """The number of chunk `index`'s first segment file: its first
+        segment's, one further on after the first chunk's split head."""
+        return self.chunks[index][0] + (1 if self.head_s and index else 0)
+
+    def segment_files(self) -> int:
+        """How many segment files a rendition has in all."""
+        return sum(count for _, count in self.chunks) + (1 if self.head_s else 0)
 
     def chunk_duration_s(self, index: int) -> float:
         count = self.chunks[index][1]
@@ -110,7 +131,8 @@ def plan_for(probe: Probe) -> ChunkPlan:
         chunks=[(first, min(per_chunk, segments - first)) for first in range(0, segments, per_chunk)],
         renditions=[r.as_json() for r in renditions], mp4=ladder.mp4_rendition(renditions).name,
         has_audio=probe.audio_index is not None, audio_kbps=sound.kbps, audio_channels=sound.channels,
-        audio_sample_rate=sound.sample_rate)
+        audio_sample_rate=sound.sample_rate, head_s=ladder.head_s(segment_duration),
+        sound_in_first_chunk=probe.audio_index is not None)
 
 
 def chunk_args(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, index: int, *, threads: int) -> list[str]:
@@ -130,16 +152,17 @@ def chunk_args(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, index: i
         graph.append(f"[s{n}]select='gte(n\\,{ladder.poster_frame_index(probe, plan.fps)})',"
                      f"scale={mp4.width}:{mp4.height},setsar=1[vposter]")
     start = plan.start_s(index)
+    head = plan.head_s if index == 0 else 0.0
     # Read a little past the chunk's end (the fps filter needs the next frame
     # to place the last one); -frames:v cuts at exactly the chunk's frames.
     window = [] if last else ["-t", f"{(frames + 2) / plan.fps:.6f}"]
     args = ["-y", "-threads", t, "-ss", f"{start:.6f}", *window, *ffmpeg.input_args(src, probe.container),
             "-filter_complex", ";".join(graph), "-filter_complex_threads", t,
             *ladder.rendition_maps(renditions, has_audio=False), *([] if last else ["-frames:v", str(frames)]),
-            *ladder.video_encoder(plan.fps, plan.segment_duration_s), "-threads", t, *ffmpeg.NO_METADATA,
-            "-output_ts_offset", f"{start + TIMELINE_OFFSET_S:.6f}", "-start_number", str(first),
+            *ladder.video_encoder(plan.fps, plan.segment_duration_s, head=head), "-threads", t, *ffmpeg.NO_METADATA,
+            "-output_ts_offset", f"{start + TIMELINE_OFFSET_S:.6f}", "-start_number", str(plan.file_number(index)),
             *ladder.hls_muxer(workdir / "hls", renditions, False, segment_duration_s=plan.segment_duration_s,
-                              segment_name="seg_%05d.ts", master=False)]
+                              head=head, segment_name="seg_%05d.ts", master=False)]
     if poster:
         args += ["-map", "[vposter]", "-frames:v", "1", "-c:v", "mjpeg", "-q:v", "3", "-update", "1",
                  str(workdir / "poster.jpg")]
@@ -152,35 +175,91 @@ def audio_args(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, *, threa
             "-map", f"0:a:{probe.audio_index or 0}", "-af", f"aresample={plan.audio_sample_rate}:async=1",
             *plan.sound.args(), *ffmpeg.NO_METADATA,
             "-output_ts_offset", f"{TIMELINE_OFFSET_S:.6f}",
-            "-f", "hls", "-hls_time", f"{plan.segment_duration_s:g}", "-hls_playlist_type", "vod",
+            "-f", "hls", "-hls_time", f"{plan.segment_duration_s:g}", *ladder.LIVE_PLAYLISTS,
             "-hls_segment_type", "mpegts", "-hls_segment_filename", str(workdir / "hls" / AUDIO_GROUP / "seg_%05d.ts"),
             str(workdir / "hls" / AUDIO_GROUP / "index.m3u8")]
 
 
-def encode_chunk(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, index: int, on_progress) -> list[Produced]:
-    (workdir / "hls").mkdir()
+def encode_chunk(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, index: int, on_progress, *,
+                 sink: live.Sink | None = None) -> list[Produced]:
+    """One chunk's segments of every rendition, stored as they are written
+    when there is a `sink` (transcoding/live.py); the first chunk also
+    makes the poster and, in a plan that says so, the whole file's sound
+    (a second ffmpeg beside the chunk's: the job is playable once both
+    have a segment stored)."""
     duration = plan.chunk_duration_s(index)
-    ffmpeg.run(chunk_args(src, workdir, probe, plan, index, threads=settings.FAIRLANE_FFMPEG_THREADS),
-               duration_s=duration, on_progress=on_progress)
+    sound = index == 0 and plan.sound_in_first_chunk and plan.has_audio
+    (workdir / "hls" / (AUDIO_GROUP if sound else "")).mkdir(parents=True)  # no muxer makes a folder without %v
+    tracks = {"video": [r["name"] for r in plan.renditions], **({"audio": [AUDIO_GROUP]} if sound else {})}
+    info = {"renditions": plan.renditions, "audio_kbps": plan.audio_kbps if plan.has_audio else 0,
+            "audio_channels": plan.audio_channels, "target_s": math.ceil(plan.segment_duration_s - 1e-3)}
+    args = chunk_args(src, workdir, probe, plan, index, threads=settings.FAIRLANE_FFMPEG_THREADS)
+    with live.streaming(sink, workdir, tracks, info=info, needs=tuple(tracks) if index == 0 else ()):
+        if sound:
+            _run_beside_sound(args, audio_args(src, workdir, probe, plan, threads=settings.FAIRLANE_FFMPEG_THREADS),
+                              duration_s=duration, sound_s=probe.duration_s, on_progress=on_progress, sink=sink)
+        else:
+            ffmpeg.run(args, duration_s=duration, on_progress=on_progress, on_tick=sink and sink.flush)
     first, count = plan.chunks[index]
     for r in plan.renditions:
         made = sorted((workdir / "hls" / r["name"]).glob("seg_*.ts"))
-        if not made or made[0].name != f"seg_{first:05d}.ts":
+        if not made or made[0].name != f"seg_{plan.file_number(index):05d}.ts":
             raise MediaError("decode_failed", f"Part {index} of the video produced no frames.")
     produced = [Produced("segments", f"hls/{plan.renditions[0]['name']}/index.m3u8", ladder.HLS_PLAYLIST_TYPE,
                          {"chunk": index, "first_segment": first, "segments": count})]
     if index == 0:
         produced.append(Produced("poster", "poster.jpg", "image/jpeg", {}))
+    if sound:
+        produced.append(_sound_made(workdir))
     return produced
 
 
+def _run_beside_sound(args: list[str], sound_args: list[str], *, duration_s: float, sound_s: float, on_progress,
+                      sink: live.Sink | None) -> None:
+    """The chunk's ffmpeg here, the sound's in a thread beside it (each
+    ffmpeg dies with the thread that waits for it); whichever fails stops
+    the other. Progress is the chunk's; the sink is flushed from this
+    thread until both are done."""
+    stop, failed = threading.Event(), []
+
+    def stop_check() -> None:
+        if stop.is_set():
+            raise MediaError("canceled", "Stopped: the video beside it failed.")
+
+    def sound() -> None:
+        try:
+            ffmpeg.run(sound_args, duration_s=sound_s, on_tick=stop_check)
+        except BaseException as exc:  # handed to the chunk's thread, which raises it
+            failed.append(exc)
+
+    thread = threading.Thread(target=sound, name="chunk-sound", daemon=True)
+    thread.start()
+    try:
+        ffmpeg.run(args, duration_s=duration_s, on_progress=on_progress, on_tick=sink and sink.flush)
+        while thread.is_alive():
+            thread.join(ffmpeg.TICK_S)
+            if sink is not None:
+                sink.flush()
+    finally:
+        stop.set()
+        thread.join()
+    if failed:
+        raise failed[0]
+
+
+def _sound_made(workdir: Path) -> Produced:
+    if not (workdir / "hls" / AUDIO_GROUP / "index.m3u8").is_file():
+        raise MediaError("decode_failed", "The video's sound produced no audio.")
+    return Produced("audio", f"hls/{AUDIO_GROUP}/index.m3u8", ladder.HLS_PLAYLIST_TYPE, {})
+
+
 def encode_audio(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, on_progress) -> list[Produced]:
+    """The audio part of a plan stored before the first chunk made the sound."""
     (workdir / "hls" / AUDIO_GROUP).mkdir(parents=True)  # the muxer makes no folder without a %v in its path
     ffmpeg.run(audio_args(src, workdir, probe, plan, threads=settings.FAIRLANE_FFMPEG_THREADS),
                duration_s=probe.duration_s, on_progress=on_progress)
-    if not (workdir / "hls" / AUDIO_GROUP / "index.m3u8").is_file():
-        raise MediaError("decode_failed", "The video's sound produced no audio.")
-    return [Produced("segments", f"hls/{AUDIO_GROUP}/index.m3u8", ladder.HLS_PLAYLIST_TYPE, {})]
+    made = _sound_made(workdir)
+    return [Produced("segments", made.filename, made.content_type, {})]
 
 
 # --- The finalizer ----------------------------------------------------------------------
@@ -268,7 +347,7 @@ def finalize(hls: Path, chunk_playlists: list[Path], workdir: Path, scratch: Pat
     renditions = []
     for r in plan.renditions:
         entries = [e for part in chunk_playlists for e in ladder.playlist_entries(part / r["name"] / "index.m3u8")]
-        expected = sum(count for _, count in plan.chunks)
+        expected = plan.segment_files()
         if len(entries) != expected:
             raise MediaError("decode_failed", f"The {r['name']} rendition has {len(entries)} of {expected} segments.")
         (hls / r["name"] / "index.m3u8").write_text(media_playlist(entries))
@@ -276,6 +355,9 @@ def finalize(hls: Path, chunk_playlists: list[Path], workdir: Path, scratch: Pat
         continuity_renumber(segments)
         renditions.append({**r, "playlist": f"{r['name']}/index.m3u8",
                            "kbps": kbps(sum(p.stat().st_size for p in segments), duration)})
+    if plan.has_audio:  # the sound's encoder wrote an EVENT playlist (it was streamed): published as VOD
+        sound = hls / AUDIO_GROUP / "index.m3u8"
+        sound.write_text(media_playlist(ladder.playlist_entries(sound)))
     on_progress(50)
     (hls / "master.m3u8").write_text(master_playlist(hls, plan))
     ladder.master_playlist_start_mid_ladder(hls)

@@ -12,7 +12,10 @@
   address-space limits; on timeout or cancel the whole group is killed, and
   it dies with the worker process that started it (transcoding/limits.py).
 - Progress comes from `-progress pipe:1` (key=value lines about twice a
-  second); the callback is throttled to about once a second.
+  second); the callback is throttled to about once a second. An `on_tick`
+  callback runs after every block of them, four times a second: an
+  attempt's streamer (transcoding/live.py) records its segments from
+  there, in the thread that runs the job.
 """
 from __future__ import annotations
 
@@ -37,6 +40,8 @@ FFMPEG = imageio_ffmpeg.get_ffmpeg_exe()
 # still stops a decoder that runs away on a crafted file.
 ADDRESS_SPACE_LIMIT = int(os.environ.get("FAIRLANE_FFMPEG_MAX_BYTES", str(4 * 1024**3)))
 PROGRESS_INTERVAL_S = 1.0
+# How often ffmpeg writes a progress block when the caller has an `on_tick`.
+TICK_S = 0.25
 
 
 def timeout_for(duration_s: float) -> float:
@@ -90,10 +95,15 @@ def run(
     duration_s: float,
     on_progress: Callable[[int], None] | None = None,
     timeout_s: float | None = None,
+    on_tick: Callable[[], None] | None = None,
 ) -> None:
-    """Run `ffmpeg <args>`; raise MediaError with ffmpeg's last words on failure."""
+    """Run `ffmpeg <args>`; raise MediaError with ffmpeg's last words on
+    failure. `on_tick` is called every TICK_S while it runs; like
+    `on_progress`, it stops ffmpeg by raising."""
     timeout_s = timeout_s or timeout_for(duration_s)
-    cmd = [FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "error", "-progress", "pipe:1", "-nostats", *args]
+    ticks = ["-stats_period", f"{TICK_S:g}"] if on_tick else []
+    cmd = [FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "error", "-progress", "pipe:1", "-nostats", *ticks,
+           *args]
     with tempfile.TemporaryFile() as errfile:
         proc = subprocess.Popen(
             cmd,
@@ -125,6 +135,8 @@ def run(
                     if now - last_report >= PROGRESS_INTERVAL_S and pct >= last_pct:  # also the stop check: every second
                         last_report, last_pct = now, pct
                         on_progress(pct)
+                if on_tick and line.startswith("progress="):  # the end of a block
+                    on_tick()
             proc.wait()
         finally:
             watchdog.cancel()

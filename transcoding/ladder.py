@@ -35,6 +35,13 @@ HLS_PLAYLIST_TYPE = "application/vnd.apple.mpegurl"
 # first frame is often black.
 POSTER_AT_S = 1.0
 X264 = ["-c:v", "libx264", "-preset", "veryfast", "-profile:v", "high", "-crf", "23"]
+# The first segment of a video is this long, the others FAIRLANE_HLS_SEGMENT_S:
+# a player needs a whole segment before its first frame, and every
+# rendition's first segment is written once that much of the video is
+# encoded (the ladder's encoders run in step), so the video is playable
+# after one second of it is encoded instead of four. It costs one keyframe
+# more per video (docs/architecture.md, "Playable in seconds").
+HEAD_SEGMENT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -174,30 +181,54 @@ def rendition_maps(renditions: list[Rendition], has_audio: bool) -> list[str]:
     return args
 
 
-def video_encoder(fps: float, segment_duration_s: float) -> list[str]:
+def head_s(segment_duration_s: float) -> float:
+    """The first segment's length when it is shorter than the others (0: it is not)."""
+    return HEAD_SEGMENT_S if HEAD_SEGMENT_S < segment_duration_s - 1e-6 else 0.0
+
+
+def video_encoder(fps: float, segment_duration_s: float, *, head: float = 0.0) -> list[str]:
     """x264 with a keyframe at every segment start, so each segment plays on
-    its own; the same for a single pass and for every chunk of one."""
+    its own; the same for a single pass and for every chunk of one. With a
+    `head`, the first segment ends there and the next at one segment's
+    length, then every segment's: keyframes at 0, head, s, 2s, ..."""
     gop = str(max(1, round(fps * segment_duration_s)))
-    return [*X264, "-g", gop, "-keyint_min", gop, "-sc_threshold", "0",
-            "-force_key_frames", f"expr:gte(t,n_forced*{segment_duration_s:g})"]
+    at = (f"if(lt(n_forced,2),n_forced*{head:g},(n_forced-1)*{segment_duration_s:g})" if head
+          else f"n_forced*{segment_duration_s:g}")
+    return [*X264, "-g", gop, "-keyint_min", gop, "-sc_threshold", "0", "-force_key_frames", f"expr:gte(t,{at})"]
 
 
 def hls_muxer(hls: Path, renditions: list[Rendition], has_audio: bool, *, segment_duration_s: float,
-              segment_name: str = "seg_%03d.ts", master: bool = True) -> list[str]:
-    """One HLS muxer for every rendition (var_stream_map), MPEG-TS segments."""
+              head: float = 0.0, segment_name: str = "seg_%03d.ts", master: bool = True) -> list[str]:
+    """One HLS muxer for every rendition (var_stream_map), MPEG-TS segments,
+    cut at the encoder's keyframes (with a `head`, at every one: the muxer
+    cuts at the first keyframe past hls_time times the segments so far).
+    Written as they are finished, for the attempt's streamer
+    (transcoding/live.py): each segment under a temporary name until it is
+    whole, each playlist an EVENT playlist replaced after every segment;
+    playlist_vod makes the finished ones VOD."""
     stream_map = " ".join(f"v:{i}" + (f",a:{i}" if has_audio else "") + f",name:{r.name}"
                           for i, r in enumerate(renditions))
-    return ["-f", "hls", "-hls_time", f"{segment_duration_s:g}", "-hls_playlist_type", "vod",
-            "-hls_flags", "independent_segments", "-hls_segment_type", "mpegts",
-            "-hls_segment_filename", str(hls / "%v" / segment_name),
+    return ["-f", "hls", "-hls_time", f"{head or segment_duration_s:g}", *LIVE_PLAYLISTS,
+            "-hls_segment_type", "mpegts", "-hls_segment_filename", str(hls / "%v" / segment_name),
             *(["-master_pl_name", "master.m3u8"] if master else []),
             "-var_stream_map", stream_map, str(hls / "%v" / "index.m3u8")]
 
 
+# The HLS muxer's options for playlists that grow while it writes (see hls_muxer).
+LIVE_PLAYLISTS = ["-hls_playlist_type", "event", "-hls_flags", "independent_segments+temp_file"]
+
+
+def playlist_vod(playlist: Path) -> None:
+    """A finished EVENT playlist (it ends with EXT-X-ENDLIST) made VOD: what
+    the ladder publishes."""
+    playlist.write_text(playlist.read_text().replace("#EXT-X-PLAYLIST-TYPE:EVENT", "#EXT-X-PLAYLIST-TYPE:VOD"))
+
+
 def _hls_outputs(hls: Path, renditions: list[Rendition], fps: float, has_audio: bool, extra: list[str]) -> list[str]:
     """Every rendition (with its own copy of the audio) in one HLS muxer."""
-    return [*rendition_maps(renditions, has_audio), *video_encoder(fps, segment_s()), *extra, *ffmpeg.NO_METADATA,
-            *hls_muxer(hls, renditions, has_audio, segment_duration_s=segment_s())]
+    head = head_s(segment_s())
+    return [*rendition_maps(renditions, has_audio), *video_encoder(fps, segment_s(), head=head), *extra,
+            *ffmpeg.NO_METADATA, *hls_muxer(hls, renditions, has_audio, segment_duration_s=segment_s(), head=head)]
 
 
 _EXTINF = re.compile(r"^#EXTINF:([0-9.]+),")

@@ -3,13 +3,14 @@ directory out. They never touch the database; transcoding/services.py
 records what they produced."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
 import pypdfium2
 from django.conf import settings
 
-from transcoding import aac, ffmpeg, images, ladder, sandbox, storyboard
+from transcoding import aac, ffmpeg, images, ladder, live, sandbox, storyboard
 from transcoding.errors import MediaError, decoder_failure, reason
 from transcoding.probe import Probe
 from transcoding.produced import ProgressFn, Produced, kbps
@@ -18,21 +19,30 @@ WAVEFORM_SIZE = "1200x240"
 PDF_THUMBNAIL_EDGE = 320
 
 
-def video(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn) -> list[Produced]:
-    """HLS ladder + MP4 fallback + poster from one ffmpeg run (transcoding/ladder.py), then the
-    scrub previews from its lowest rendition (transcoding/storyboard.py)."""
+def video(src: Path, workdir: Path, probe: Probe, on_progress: ProgressFn, *,
+          sink: live.Sink | None = None) -> list[Produced]:
+    """HLS ladder + MP4 fallback + poster from one ffmpeg run (transcoding/ladder.py), its
+    segments stored as they are written when there is a `sink` (transcoding/live.py: the job is
+    playable once every rendition's first one is), then the scrub previews from its lowest
+    rendition (transcoding/storyboard.py)."""
     plan = ladder.plan(src, workdir, probe, threads=settings.FAIRLANE_FFMPEG_THREADS)
     # Decoding and scaling grow with the source's frame size; the ladder's
     # encodes stop growing at 1080p. Sources above 1080p get proportionally longer.
     size_factor = max(1.0, (probe.width or 0) * (probe.height or 0) / ladder.FULL_HD_PIXELS)
-    ffmpeg.run(plan.args, duration_s=probe.duration_s, on_progress=on_progress,
-               timeout_s=ffmpeg.timeout_for(probe.duration_s) * size_factor)
+    audio_kbps = plan.sound.kbps if plan.sound else 0
+    info = {"renditions": [r.as_json() for r in plan.renditions], "audio_kbps": audio_kbps,
+            "target_s": math.ceil(ladder.segment_s())}
+    with live.streaming(sink, workdir, {"video": [r.name for r in plan.renditions]}, info=info, needs=("video",)):
+        ffmpeg.run(plan.args, duration_s=probe.duration_s, on_progress=on_progress,
+                   timeout_s=ffmpeg.timeout_for(probe.duration_s) * size_factor, on_tick=sink and sink.flush)
     hls = workdir / "hls"
-    ladder.master_playlist_ensure(hls, plan.renditions, probe.duration_s, plan.sound.kbps if plan.sound else 0)
+    ladder.master_playlist_ensure(hls, plan.renditions, probe.duration_s, audio_kbps)
     ladder.master_playlist_start_mid_ladder(hls)
     for name in ["master.m3u8", *(f"{r.name}/index.m3u8" for r in plan.renditions)]:
         if not (hls / name).is_file():
             raise MediaError("decode_failed", f"The video produced no {name}; the source has no usable frames.")
+    for r in plan.renditions:
+        ladder.playlist_vod(hls / r.name / "index.m3u8")
     for name in ("video.mp4", "poster.jpg"):
         if not (workdir / name).is_file() or not (workdir / name).stat().st_size:
             raise MediaError("decode_failed", "The video produced no frames; the source has no usable frames.")

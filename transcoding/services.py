@@ -11,12 +11,13 @@ import os
 import posixpath
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
 
 import media
-from transcoding import chunks, ladder, pipelines
+from transcoding import chunks, ladder, live, pipelines
 from transcoding.probe import Probe, probe_file
 from transcoding.produced import Produced
 from uploads import parts
@@ -57,7 +58,7 @@ def _poison_check(src: Path) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
 
 
-def transcode(attempt: Attempt) -> list[OutputFile] | None:
+def transcode(attempt: Attempt, then: Callable[[str], None] = lambda part_id: None) -> list[OutputFile] | None:
     """The work of one attempt (uploads/attempts.py runs it): copy the input
     into the attempt's scratch folder, probe, check the limits, run the
     pipeline for the kind there, and upload what it made under the
@@ -68,7 +69,8 @@ def transcode(attempt: Attempt) -> list[OutputFile] | None:
     presigned URL: the probe and the ladder read it several times (and seek
     for the poster), a copy is bounded by the upload limit and fetched in
     parallel ranges, and ffmpeg keeps to the `file` protocol, never the
-    network."""
+    network. `then`: told the id of a part of the job to run next in this
+    slot (the first chunk of a video it split)."""
     job, job_id = attempt.job, str(attempt.job.id)
     started = time.monotonic()
     with media.attempt_scratch(job_id=job_id, attempt=attempt.number) as scratch:
@@ -87,20 +89,24 @@ def transcode(attempt: Attempt) -> list[OutputFile] | None:
         # The progress write doubles as the stop check: when the job is no
         # longer this attempt's (canceled, handed back, taken over) it
         # raises, which kills ffmpeg's process group (transcoding/ffmpeg.py).
+        sink = _sink(attempt)
         if job.parent_id:
-            produced = _part_encode(job, src, workdir, probe, attempt.progress)
+            produced = _part_encode(job, src, workdir, probe, attempt.progress, sink)
         else:
             job_services.job_probe_record(job_id=job_id, kind=probe.kind, media_info=probe.as_json(),
                                           cost_estimate=cost_estimate(probe))
             if chunks.should_chunk(probe):
                 media.keep_input(key, src)  # for the parts that run on this host
-                _split(attempt, probe)
+                _split(attempt, probe, then)
                 return None
-            produced = pipelines.PIPELINES[probe.kind](src, workdir, probe, attempt.progress)
+            if probe.kind == "video":
+                produced = pipelines.video(src, workdir, probe, attempt.progress, sink=sink)
+            else:
+                produced = pipelines.PIPELINES[probe.kind](src, workdir, probe, attempt.progress)
         encoded = time.monotonic()
         attempt.progress(99)  # still ours? then upload (a replaced attempt stops here)
         prefix = attempt.outputs_prefix
-        sizes = media.put_tree(workdir, prefix)
+        sizes = media.put_tree(workdir, prefix, skip=sink.stored)
         outputs = [OutputFile(name=p.name, path=prefix + p.filename, content_type=p.content_type,
                               size=sizes[p.filename], metadata=p.metadata) for p in produced]
         log.info("job %s transcoded: %s, %d outputs in %.2f s (fetch %.3f s, upload %.3f s)", job_id, probe.kind,
@@ -108,23 +114,44 @@ def transcode(attempt: Attempt) -> list[OutputFile] | None:
         return outputs
 
 
-def _split(attempt: Attempt, probe: Probe) -> None:
+def _sink(attempt: Attempt) -> live.Sink:
+    """Where the attempt's video segments go while it encodes (its outputs
+    prefix), and the fenced write of what is stored (transcoding/live.py)."""
+    def record(state: dict, playable: bool) -> None:
+        if not job_services.job_live_record(job_id=str(attempt.job.id), attempt=attempt.number, live=state,
+                                            playable=playable):
+            raise AttemptLost(str(attempt.job.id))
+
+    return live.Sink(prefix=attempt.outputs_prefix, record=record)
+
+
+def _split(attempt: Attempt, probe: Probe, then: Callable[[str], None]) -> None:
     """Hand a long video to its parts (uploads/parts.py): chunks charged by
-    their share of the video's cost, the audio by its own."""
+    their share of the video's cost, the sound by its own (the first
+    chunk's, which makes it). The first chunk is kept for this delivery
+    (`then`): it runs in this slot as soon as the split is committed, on
+    this host, which has the source and has just probed it, so the first
+    frames never wait for a dispatch, another host's download of the
+    source or another probe; the other parts go to the dispatcher."""
     plan = chunks.plan_for(probe)
     total = cost_estimate(probe)
     chunk_costs = [max(0.05, total * plan.chunk_duration_s(i) / probe.duration_s) for i in range(len(plan.chunks))]
-    audio_cost = max(0.05, COST_PER_MEDIA_SECOND["audio"] * probe.duration_s) if plan.has_audio else None
-    if not parts.job_split(job_id=str(attempt.job.id), attempt=attempt.number, plan=plan.as_json(),
-                           chunk_costs=chunk_costs, audio_cost=audio_cost):
+    sound_cost = max(0.05, COST_PER_MEDIA_SECOND["audio"] * probe.duration_s) if plan.has_audio else None
+    if plan.sound_in_first_chunk and sound_cost:
+        chunk_costs[0] += sound_cost
+        sound_cost = None
+    first = parts.job_split(job_id=str(attempt.job.id), attempt=attempt.number, plan=plan.as_json(),
+                            chunk_costs=chunk_costs, audio_cost=sound_cost, keep_first=True)
+    if not first:
         raise AttemptLost(str(attempt.job.id))
+    then(first)
 
 
-def _part_encode(job: Job, src: Path, workdir: Path, probe: Probe, on_progress) -> list[Produced]:
+def _part_encode(job: Job, src: Path, workdir: Path, probe: Probe, on_progress, sink: live.Sink) -> list[Produced]:
     plan = chunks.ChunkPlan.from_json(job.parent.media_info["chunks"])
     if job.part == Job.Part.AUDIO:
         return chunks.encode_audio(src, workdir, probe, plan, on_progress)
-    return chunks.encode_chunk(src, workdir, probe, plan, job.part_index, on_progress)
+    return chunks.encode_chunk(src, workdir, probe, plan, job.part_index, on_progress, sink=sink)
 
 
 def _finalize(attempt: Attempt, scratch: Path, workdir: Path) -> list[OutputFile]:
@@ -141,9 +168,11 @@ def _finalize(attempt: Attempt, scratch: Path, workdir: Path) -> list[OutputFile
     hls = workdir / "hls"
     playlists = [scratch / "parts" / str(output.job.part_index) for output in chunk_outputs]
     wanted = [pair for output, folder in zip(chunk_outputs, playlists) for pair in _hls_files(output, hls, folder)]
-    if audio is not None:
+    if audio is not None and audio.job.part == Job.Part.AUDIO:  # else the first chunk's folder holds it
         wanted += _hls_files(audio, hls, hls)
     media.fetch_many([*wanted, (poster.file.name, workdir / "poster.jpg")])
+    if audio is not None and audio.job.part == Job.Part.CHUNK:
+        (playlists[0] / chunks.AUDIO_GROUP / "index.m3u8").replace(hls / chunks.AUDIO_GROUP / "index.m3u8")
     fetched = time.monotonic()
     attempt.progress(30)
     produced = chunks.finalize(hls, playlists, workdir, scratch, plan, attempt.progress)
@@ -166,6 +195,15 @@ def _hls_files(output: Output, hls: Path, playlists: Path) -> list[tuple[str, Pa
 
 def job_transcode(*, job_id: str, hostname: str = "", soft_limit_s: float | None = None,
                   task_id: str = "") -> str | None:
-    """Run one delivery of a transcode job; see uploads.attempts.job_attempt_run."""
-    return job_attempt_run(job_id=job_id, hostname=hostname, soft_limit_s=soft_limit_s, work=transcode,
-                           task_id=task_id)
+    """Run one delivery of a transcode job; see uploads.attempts.job_attempt_run.
+    When it split a long video, its first chunk runs next, here (_split):
+    an attempt of its own, with its own lease, retried through the
+    dispatcher if it fails transiently; what the delivery reports is the
+    job's (the slot's time, the first chunk's included, is charged to the
+    owner when the task finishes)."""
+    then: list[str] = []
+    result = job_attempt_run(job_id=job_id, hostname=hostname, soft_limit_s=soft_limit_s,
+                             work=lambda attempt: transcode(attempt, then.append), task_id=task_id)
+    for part_id in then:
+        job_attempt_run(job_id=part_id, hostname=hostname, soft_limit_s=soft_limit_s, work=transcode)
+    return result

@@ -394,6 +394,16 @@ def job_worker_lost(*, job_id: str, reason: str) -> None:
     if job.status == Job.Status.QUEUED:  # the child died before it claimed the job
         services.job_hand_back(job)
         return
+    if job.lease_expires_at is None:
+        # A job that has split runs without a lease (uploads/parts.py), and
+        # its delivery went on to run its first chunk in the same child
+        # (transcoding/services.py): the part is what the crash took, not
+        # the job, which its parts end. The delivery's message is done.
+        for part in Job.objects.filter(parent_id=job.id, status=Job.Status.RUNNING):
+            if _crashed_here(part):
+                _abandon(part, reason)
+        dispatcher.finish(services.job_task_name(job), str(job.id))
+        return
     if not _crashed_here(job):
         return  # the running attempt is another, live process's
     _abandon(job, reason)

@@ -85,6 +85,18 @@ class JobFinished:
 
 
 @dataclass(frozen=True)
+class JobPlayable:
+    """A video its owner sees can be watched while it is still being
+    processed: its first segments are stored (transcoding/live.py). Sent
+    after the commit that set the job's `playable_at`, once per run of the
+    job. What must not be lost of it is kept by the job's ending: notify
+    publishes a missing job.playable before the job.succeeded it makes."""
+
+    job_id: str
+    owner_id: int
+
+
+@dataclass(frozen=True)
 class JobRestarted:
     """A failed or canceled job was retried: its rows start again from
     nothing, and the objects of its attempts so far have been deleted.
@@ -97,4 +109,5 @@ class JobRestarted:
 
 
 job_finished: Hook[JobFinished] = Hook(JobFinished)
+job_playable: Hook[JobPlayable] = Hook(JobPlayable)
 job_restarted: Hook[JobRestarted] = Hook(JobRestarted)

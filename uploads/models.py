@@ -242,6 +242,16 @@ class Job(models.Model):
     # the notify task was never submitted (Redis down at that moment) or lost,
     # notify.services.job_notifications_reconcile submits it again.
     notify_pending = models.BooleanField(default=False)
+    # A video's segments stored so far by its running attempt, while it
+    # encodes (transcoding/live.py): per track the [segment, seconds] every
+    # rendition has, and the renditions. Written only by the attempt that
+    # owns the job, emptied when an attempt starts; the web makes the
+    # growing playlists from it (uploads/live.py).
+    live = models.JSONField(default=dict, blank=True)
+    # When the video first became playable (its first segments stored) in
+    # this run of the job; a retry by a person starts it again. Set once,
+    # with the job.playable event (uploads.lifecycle.job_playable).
+    playable_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -48,11 +48,16 @@ def _part(parent: Job, part: str, *, index: int | None, cost: float, now) -> Job
     return job
 
 
-def job_split(*, job_id: str, attempt: int, plan: dict, chunk_costs: list[float], audio_cost: float | None) -> bool:
+def job_split(*, job_id: str, attempt: int, plan: dict, chunk_costs: list[float], audio_cost: float | None,
+              keep_first: bool = False) -> bool | str:
     """running attempt `attempt` of the parent -> its parts, queued and
     submitted after commit. The attempt ends as "split"; the parent keeps
     running without a lease. False when the attempt no longer owns the job
-    (nothing is created)."""
+    (nothing is created). With `keep_first` the first chunk is not
+    submitted: its id is returned, for the caller to run it at once, in
+    the slot it holds (transcoding/services.py); if the caller dies before
+    it starts it, the reconciler submits it as any queued job the
+    dispatcher does not hold."""
     with transaction.atomic():
         parent = Job.objects.select_for_update().filter(
             id=job_id, status=Job.Status.RUNNING, attempts=attempt).first()
@@ -68,10 +73,11 @@ def job_split(*, job_id: str, attempt: int, plan: dict, chunk_costs: list[float]
                                              lease_expires_at=None, progress=1, checkpoint={})
         JobAttempt.objects.filter(job_id=job_id, number=attempt, finished_at__isnull=True).update(
             finished_at=now, outcome="split")
-        ids = [str(job.id) for job in parts]
+        first = next(str(job.id) for job in parts if job.part == Job.Part.CHUNK) if keep_first else None
+        ids = [str(job.id) for job in parts if str(job.id) != first]
         dispatcher.after_commit(lambda: services.jobs_enqueue(job_ids=ids))
     log.info("job %s split into %d chunk(s)%s", job_id, len(chunk_costs), " and its audio" if audio_cost else "")
-    return True
+    return first or True
 
 
 def parts_cancel(*, parent_id: str, message: str) -> list[str]:
@@ -142,11 +148,12 @@ def part_finished(*, part: Job, status: str, error_code: str, error_message: str
 
 def part_outputs(*, parent_id: str) -> tuple[list[Output], Output | None, Output | None]:
     """For the finalizer: each chunk's segments output (in chunk order), the
-    audio's, and the first chunk's poster."""
+    sound's (the first chunk's `audio`, or an audio part's in a plan stored
+    before), and the first chunk's poster."""
     outputs = list(Output.objects.filter(job__parent_id=parent_id, job__status=Job.Status.SUCCEEDED)
                    .select_related("job").order_by("job__part_index"))
     chunks = [o for o in outputs if o.job.part == Job.Part.CHUNK and o.name == "segments"]
-    audio = next((o for o in outputs if o.job.part == Job.Part.AUDIO), None)
+    audio = next((o for o in outputs if o.job.part == Job.Part.AUDIO or o.name == "audio"), None)
     poster = next((o for o in outputs if o.job.part == Job.Part.CHUNK and o.name == "poster"), None)
     return chunks, audio, poster
 

@@ -267,7 +267,7 @@ def job_start(*, job_id: str, task_id: str = "") -> Job | None:
     the database's clock (project/dbclock.py)."""
     now = db_now()
     claimed = Job.objects.filter(id=job_id, status=Job.Status.QUEUED).update(
-        status=Job.Status.RUNNING, started_at=now, attempts=F("attempts") + 1, progress=0,
+        status=Job.Status.RUNNING, started_at=now, attempts=F("attempts") + 1, progress=0, live={},
         lease_expires_at=job_lease_until(now), **({"task_id": task_id[:64]} if task_id else {}),
     )
     if not claimed:
@@ -298,6 +298,28 @@ def job_progress_set(*, job_id: str, progress: int, attempt: int | None = None, 
     if checkpoint is not None:
         fields["checkpoint"] = checkpoint
     return bool(_this_attempt(job_id, attempt).update(**fields))
+
+
+def job_live_record(*, job_id: str, attempt: int, live: dict, playable: bool) -> bool:
+    """Record what the running attempt has stored of its video so far
+    (transcoding/live.py); False, as job_progress_set, when the job is no
+    longer that attempt's. `playable`: the job its owner sees (this one, or
+    the parent of a chunked video's first chunk) can now be watched. The
+    first time in the job's run that sets its `playable_at`, and the owner
+    is told after commit (lifecycle.job_playable)."""
+    with transaction.atomic():
+        if not _this_attempt(job_id, attempt).update(live=live):
+            return False
+        if playable:
+            shown = Job.objects.filter(id=job_id).values_list("parent_id", flat=True).first() or job_id
+            now = db_now()
+            if Job.objects.filter(id=shown, status=Job.Status.RUNNING, playable_at__isnull=True).update(
+                    playable_at=now):
+                owner_id = Job.objects.filter(id=shown).values_list("owner_id", flat=True).get()
+                log.info("job %s playable", shown)
+                event = lifecycle.JobPlayable(job_id=str(shown), owner_id=owner_id)
+                dispatcher.after_commit(lambda: lifecycle.job_playable.send(event))
+    return True
 
 
 def job_lease_renew(*, job_id: str, attempt: int) -> bool:
@@ -421,7 +443,7 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
         Job.objects.filter(id__in=ids).update(
             status=Job.Status.QUEUED, queued_at=now, progress=0, error_code="", error_message="",
             started_at=None, finished_at=None, wait_ms=None, process_ms=None, checkpoint={}, notify_pending=False,
-            attempt_budget_from=F("attempts"),
+            attempt_budget_from=F("attempts"), live={}, playable_at=None,
         )
         dispatcher.after_commit(lambda: jobs_enqueue(job_ids=[str(i) for i in ids]))
     log.info("%s retried %d job(s): %s", actor, len(ids), [str(i) for i in ids])

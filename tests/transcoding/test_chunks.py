@@ -38,8 +38,9 @@ def source(tmp_path_factory) -> Path:
 
 
 def chunked_ladder(src: Path, out: Path, probe: Probe) -> tuple[chunks.ChunkPlan, list]:
-    """Run every chunk, the audio and the finalizer, each in a folder of its
-    own, moving files between them as the store would."""
+    """Run every chunk (the first also makes the sound) and the finalizer,
+    each in a folder of its own, moving files between them as the store
+    (and transcoding.services._finalize) would."""
     plan = chunks.plan_for(probe)
     hls, playlists = out / "final" / "hls", []
     hls.mkdir(parents=True)
@@ -55,10 +56,8 @@ def chunked_ladder(src: Path, out: Path, probe: Probe) -> tuple[chunks.ChunkPlan
                 shutil.copy(path, target)
         if index == 0:
             shutil.copy(work / "poster.jpg", out / "final" / "poster.jpg")
-    audio = out / "audio"
-    audio.mkdir()
-    chunks.encode_audio(src, audio, probe, plan, lambda pct: None)
-    shutil.copytree(audio / "hls" / "audio", hls / "audio")
+    assert plan.sound_in_first_chunk
+    (playlists[0] / "audio" / "index.m3u8").replace(hls / "audio" / "index.m3u8")
     scratch = out / "scratch"
     scratch.mkdir()
     produced = chunks.finalize(hls, playlists, out / "final", scratch, plan, lambda pct: None)
@@ -101,16 +100,17 @@ def test_every_join_is_continuous_in_every_rendition_and_the_audio(chunked, sour
     frame = 1 / FPS
     for r in plan.renditions:
         segments = playlist_segments(final / "hls" / r["name"] / "index.m3u8")
-        assert len(segments) == 7
+        assert len(segments) == plan.segment_files() == 8  # 7 segments of 2 s, the first split at its head
         stream = joined(segments, tmp_path / f"{r['name']}.ts")
         facts = stream_facts(stream, "video")
         assert facts.errors == 0
         # every frame exactly one frame after the one before: none duplicated, none missing
         assert facts.steps == {round(frame, 4)}, facts.steps
         assert facts.decoded == len(facts.pts_s) == source_facts["frames"] == SECONDS * FPS
-        # a keyframe at every segment start, the joins included, and nowhere else
+        # a keyframe at every segment start, the head's end and the joins included, and nowhere else
         start = facts.pts_s[0]
-        assert [round(k - start, 3) for k in facts.keyframes_s] == [2.0 * i for i in range(7)]
+        assert [round(k - start, 3) for k in facts.keyframes_s] == [0.0, ladder.HEAD_SEGMENT_S,
+                                                                    *(2.0 * i for i in range(1, 7))]
         assert abs(len(facts.pts_s) * frame - source_facts["duration_s"]) <= frame
         assert continuity_breaks(stream) == 0
     audio_uri = master_audio_uri(master)
