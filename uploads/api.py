@@ -429,16 +429,41 @@ class JobRetryApi(_JobActionApi):
 # --- batches --------------------------------------------------------------------------
 
 
+class EstimateRateSerializer(serializers.Serializer):
+    key = serializers.CharField(help_text="The kind of work: `image`, `pdf`, `audio`, `video:<band>` (360, 720, "
+                                          "1080, 2160: the frame's short side) once a file is probed; before, "
+                                          "`pre:image`, `pre:video`, `pre:audio`, `pre:pdf`, `pre:other` from the "
+                                          "file's name; `export`.")
+    unit = serializers.CharField(help_text="`file`, `second` (of input media), `MB` (of input) or `cost_s`.")
+    jobs = serializers.IntegerField(help_text="Your unfinished files of this key, up to this batch's last.")
+    units = serializers.FloatField(help_text="Their units still to do (a running file by what is left).")
+    seconds_per_unit = serializers.FloatField(
+        allow_null=True, help_text="Slot seconds per unit, measured from your finished files of this key (and, "
+                                   "while you have few, everyone's); null when nobody's are measured yet, and the "
+                                   "files' static estimates are used.")
+    source = serializers.CharField(help_text="`yours`, `yours and everyone's`, `everyone's` or `not measured yet`.")
+    samples = serializers.IntegerField(help_text="Your finished files measured for this key.")
+    worker_s = serializers.FloatField(help_text="Slot seconds of this key's work still to do.")
+
+
 class EstimateBasisSerializer(serializers.Serializer):
     seconds = serializers.FloatField(help_text="From now to the estimated finish.")
+    seconds_low = serializers.FloatField(help_text="The low end of the estimate's range (90 % if the errors of "
+                                                   "the measured rates were normal).")
+    seconds_high = serializers.FloatField(help_text="The high end of the range.")
+    finish_low_at = serializers.DateTimeField(help_text="The earliest finish of the range.")
+    finish_high_at = serializers.DateTimeField(help_text="The latest finish of the range.")
+    uncertainty = serializers.FloatField(help_text="Relative standard deviation of the remaining work: the spread "
+                                                   "of single files, and of the rates themselves.")
     remaining_worker_s = serializers.FloatField(
-        help_text="Your estimated worker seconds still to do up to this batch's last file (your earlier files "
-                  "run first).")
+        help_text="Your estimated slot seconds still to do up to this batch's last file (your earlier files "
+                  "run first): the sum of `rates`' `worker_s`.")
     share = serializers.FloatField(help_text="Share of the lane's slots assumed for you: your weight over the "
                                              "weights of everyone with work now.")
     slots = serializers.IntegerField(help_text="The lane's worker slots.")
     throughput_worker_s_per_s = serializers.FloatField(
         help_text="slots x share, at most your cap and your unfinished files (a file runs on one slot).")
+    rates = EstimateRateSerializer(many=True, help_text="The work per kind, and what it was priced at.")
     kind = serializers.CharField(help_text="Always `estimate`.")
     basis = serializers.CharField()
 
@@ -454,30 +479,27 @@ class BatchSerializer(serializers.Serializer):
                                                   "whole).")
     finished = serializers.BooleanField(help_text="Every job has ended (succeeded, failed or canceled).")
     estimated_finish_at = serializers.DateTimeField(
-        allow_null=True, help_text="An estimate, from the dispatcher's current view; null when finished or "
-                                   "when the dispatcher cannot be asked.")
-    estimate = EstimateBasisSerializer(allow_null=True, help_text="How `estimated_finish_at` was reached.")
+        allow_null=True, help_text="An estimate, from your share of the workers now and the measured rates of your "
+                                   "kinds of files; its range is in `estimate`. Null when finished or when the "
+                                   "dispatcher cannot be asked.")
+    estimate = EstimateBasisSerializer(allow_null=True, help_text="How `estimated_finish_at` was reached, and its "
+                                                                  "range.")
     jobs_url = serializers.URLField()
     uploads_url = serializers.URLField()
 
 
 def _batch_bodies(request: Request, batches: list[Batch]) -> list[dict]:
     """Each batch with its progress and, while unfinished, its estimate (one
-    grouped query for the counts, one for the remaining work, one snapshot
-    of the dispatcher)."""
+    grouped query for the counts, one for the remaining work, one read of
+    the dispatcher's lane summary and of the user's measured rates)."""
     progress = selectors.batches_progress(batch_ids=[batch.id for batch in batches])
     unfinished = {b.id: progress[b.id].last_created_at for b in batches if progress[b.id].unfinished}
-    backlog = selectors.backlog_until(user=request.user, until=unfinished)
-    lane = estimates.lane_share_basis(user_id=request.user.pk) if unfinished else None
-    now = timezone.now()
+    backlogs = selectors.backlog_until(user=request.user, until=unfinished)
+    finish = estimates.batch_estimates(user_id=request.user.pk, backlogs=backlogs, now=timezone.now())
     bodies = []
     for batch in batches:
         item = progress[batch.id]
-        estimate = None
-        if batch.id in unfinished:
-            remaining_worker_s, unfinished_jobs = backlog[batch.id]
-            estimate = estimates.estimate_finish(remaining_worker_s=remaining_worker_s,
-                                                 unfinished_jobs=unfinished_jobs, lane=lane, now=now)
+        estimate = finish.get(batch.id)
         query = f"?batch={batch.id}"
         bodies.append({
             "id": batch.id, "name": batch.display_name, "created_at": batch.created_at, "files": item.files,

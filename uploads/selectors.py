@@ -13,6 +13,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from project.lanes import Lane
+from uploads import rates
 from uploads.models import Batch, Job, Upload
 
 
@@ -133,25 +134,38 @@ def batches_progress(*, batch_ids: list[uuid.UUID]) -> dict[uuid.UUID, BatchProg
     return summary
 
 
+@dataclass(frozen=True)
+class KeyBacklog:
+    """A user's unfinished work of one rate key (uploads/rates.py)."""
+
+    jobs: int
+    units: float  # units still to do: a running job counts by what its progress says is left
+    cost_s: float  # the same work in the jobs' static estimates (cost_estimate), for a key not measured yet
+
+
 def backlog_until(*, user: AbstractBaseUser, until: dict[uuid.UUID, datetime]
-                  ) -> dict[uuid.UUID, tuple[float, int]]:
-    """For each batch: the user's estimated worker seconds still to do on
-    the transcode lane up to and including that batch's last job, and how
-    many unfinished jobs that is. A user's backlog runs in order, so that is
-    the work between now and the batch's end. One conditional aggregate over
-    the user's unfinished jobs."""
+                  ) -> dict[uuid.UUID, dict[str, KeyBacklog]]:
+    """For each batch: the user's unfinished work on the transcode lane up
+    to and including that batch's last job, per rate key. A user's
+    backlog runs in order, so that is the work between now and the batch's
+    end. One grouped, conditional aggregate over the user's own unfinished
+    jobs (the (owner, status) index), never other users'."""
     if not until:
         return {}
-    remaining = F("cost_estimate") * (100 - F("progress")) / 100.0
-    # A chunked job's parent carries the whole video's estimate; its parts are not counted again.
-    unfinished = Job.objects.filter(owner=user, lane=Lane.CPU_TRANSCODE, parent__isnull=True,
-                                    status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
+    left = (100 - F("progress")) / 100.0
+    # A chunked job's parent carries the whole video; its parts are not counted again.
+    unfinished = rates.with_rate_keys(Job.objects.filter(
+        owner=user, lane=Lane.CPU_TRANSCODE, parent__isnull=True, status__in=[Job.Status.QUEUED, Job.Status.RUNNING]))
     sums = {}
     for i, last in enumerate(until.values()):
-        sums[f"s{i}"] = Sum(remaining, filter=Q(created_at__lte=last))
-        sums[f"n{i}"] = Count("id", filter=Q(created_at__lte=last))
-    totals = unfinished.aggregate(**sums)
-    return {batch_id: (float(totals[f"s{i}"] or 0.0), totals[f"n{i}"]) for i, batch_id in enumerate(until)}
+        upto = Q(created_at__lte=last)
+        sums[f"n{i}"] = Count("id", filter=upto)
+        sums[f"u{i}"] = Sum(F("rate_units") * left, filter=upto)
+        sums[f"c{i}"] = Sum(F("cost_estimate") * left, filter=upto)
+    rows = list(unfinished.values("rate_key").annotate(**sums).order_by())
+    return {batch_id: {row["rate_key"]: KeyBacklog(row[f"n{i}"], float(row[f"u{i}"] or 0.0), float(row[f"c{i}"] or 0.0))
+                       for row in rows if row[f"n{i}"]}
+            for i, batch_id in enumerate(until)}
 
 
 def _percentile(ordered: list[int], q: float) -> int | None:

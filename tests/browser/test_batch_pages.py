@@ -1,11 +1,13 @@
 """The upload page and a batch's page with a 2,000-file batch (rows created
 in the database: what is tested is the page, not 2,000 transcodes): the
-batch as one row with its progress, counts and an estimate said to be one;
+batch as one row with its progress (bar and words: files ended), counts and
+an estimate said to be one, with its range;
 files in pages of 50 (older, newer), filtered by status and searched by
 name; cancel, retry and delete from the page; and what live updates cost
 at that size (printed, for docs/benchmarks.md)."""
 from __future__ import annotations
 
+import re
 import time
 import uuid
 
@@ -48,6 +50,12 @@ def test_a_2000_file_batch_pages_filters_searches_and_acts(
     expect(row).to_contain_text(f"1,500 succeeded · {FAILED} failed · {QUEUED} queued")
     expect(row.locator("td.finish")).to_contain_text("estimate")
     expect(row.locator("td.finish")).to_contain_text("about ")
+    # The estimate says its range: nothing measured yet, so a wide one ("3–11 min").
+    expect(row.locator("td.finish .range")).to_have_text(re.compile(r"^\s*\((about \d+|\d+( s| min)?–\d+) (s|min)\)$"))
+    # The bar and its words count the same: files ended (1,500 succeeded and 20 failed), not work done.
+    expect(row.locator("td.progress")).to_contain_text("1,520 of 2,000 ended")
+    expect(row.locator("td.progress progress")).to_have_js_property("max", FILES)
+    expect(row.locator("td.progress progress")).to_have_js_property("value", 1500 + FAILED)
     files = page.locator("#jobs tbody tr")
     expect(files).to_have_count(50)
     summary = page.locator("#files-summary")
@@ -57,7 +65,8 @@ def test_a_2000_file_batch_pages_filters_searches_and_acts(
     page.set_viewport_size({"width": 1366, "height": 768})
     done = page.locator("#jobs tbody tr", has=page.locator("td.status-succeeded")).first
     expect(done.locator("td.wait")).to_have_text("2 min 59 s")
-    assert_one_line(page, [row.locator("td.sent time"), row.locator("td.finish span"), done.locator("td.wait")])
+    assert_one_line(page, [row.locator("td.sent time"), row.locator("td.finish span.at"),
+                           row.locator("td.finish span.range"), done.locator("td.wait")])
     screenshot(page, "upload-page-2000-1366")
     page.set_viewport_size({"width": 1920, "height": 1000})
 

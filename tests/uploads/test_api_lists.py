@@ -150,6 +150,81 @@ def test_an_unfinished_batch_has_an_estimate_labelled_as_one(make_user, api_clie
     assert estimate["remaining_worker_s"] == 60.0 and estimate["slots"] == 2 and estimate["share"] == 1.0
     assert estimate["seconds"] == 30.0
     assert body["estimated_finish_at"] > body["created_at"]
+    # Nobody's files of this kind measured yet: the static estimates, and a wide range around them.
+    assert [(r["key"], r["source"], r["seconds_per_unit"]) for r in estimate["rates"]] == \
+        [("pre:video", "not measured yet", None)]
+    assert estimate["uncertainty"] == 1.0
+    assert estimate["seconds_low"] < estimate["seconds"] < estimate["seconds_high"]
+    assert estimate["finish_low_at"] < body["estimated_finish_at"] < estimate["finish_high_at"]
+
+
+def test_the_estimate_prices_the_users_files_at_their_measured_rate_with_its_range(make_user, api_client_for,
+                                                                                    redis_client):
+    """Ten photos waiting behind nothing; the user's last 64 photos took
+    0.4 or 0.6 s of a slot each: 10 x 0.5 s over 2 slots, give or take the
+    rate's own uncertainty (shared by all ten) and the files' spread
+    (averaged over ten)."""
+    from uploads import estimates, rates
+
+    alice = make_user("alice")
+    batch = Batch.objects.create(owner=alice)
+    for i in range(10):
+        upload = Upload.objects.create(owner=alice, batch=batch.id, filename=f"IMG_{i}.jpg", file=f"u/{i}", size=1)
+        Job.objects.create(upload=upload, owner=alice, lane="cpu-transcode", cost_estimate=3.0)
+    for i in range(64):
+        rates.rates_record(user_id=alice.pk, seconds=0.4 if i % 2 else 0.6, samples=[("pre:image", 1.0)])
+    body = api_client_for(alice).get(f"/api/batches/{batch.id}/").json()
+    estimate = body["estimate"]
+    (image,) = estimate["rates"]
+    assert image["key"] == "pre:image" and image["unit"] == "file" and image["jobs"] == 10 and image["units"] == 10
+    assert image["source"] == "yours" and image["samples"] == 64
+    assert image["seconds_per_unit"] == pytest.approx(0.5, abs=0.01)
+    assert estimate["remaining_worker_s"] == pytest.approx(5.0, abs=0.1) == image["worker_s"]
+    assert estimate["seconds"] == pytest.approx(2.5, abs=0.05)
+    # cv of one file 0.2; the rate from 64 samples weighted 1/32: as sure as ~63 plain ones
+    spread = 0.2 / (estimates.EFFECTIVE_SAMPLES ** 0.5)
+    relative = (spread ** 2 + 0.2 ** 2 / 10) ** 0.5
+    assert estimate["uncertainty"] == pytest.approx(relative, abs=0.01)
+    assert estimate["seconds_high"] == pytest.approx(2.5 * (1 + estimates.RANGE_Z * relative), abs=0.1)
+    assert estimate["finish_low_at"] < body["estimated_finish_at"] < estimate["finish_high_at"]
+
+
+def test_the_batch_poll_reads_the_same_whatever_other_users_have_queued(make_user, api_client_for, redis_client,
+                                                                         cpu_lane_paused):
+    """The estimate's inputs are the user's own rows, the lane's summary
+    and two rate hashes: as many queries and Redis commands with a hundred
+    other users waiting as with one."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    import dispatcher
+    from dispatcher import monitor
+
+    alice = make_user("alice")
+    batch = make_batch(alice, ["queued", "queued"])
+    client = api_client_for(alice)
+
+    def cost() -> tuple[int, dict[str, int]]:
+        before = redis_client.info("commandstats")
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(f"/api/batches/{batch.id}/").json()["estimate"]
+        after = redis_client.info("commandstats")
+        calls = {k: v["calls"] - before.get(k, {"calls": 0})["calls"] for k, v in after.items()}
+        return len(queries), {k: v for k, v in calls.items() if v}
+
+    def others_queue(names: range) -> None:
+        for i in names:
+            other = make_user(f"user{i}")
+            make_batch(other, ["queued"])
+            dispatcher.enqueue("transcoding.job_run", [str(uuid.uuid4())], task_id=str(uuid.uuid4()),
+                               fair_key=str(other.pk), cost=10.0)
+        monitor.flush()  # their task-sent events leave now, not from a thread during a poll
+
+    others_queue(range(1))
+    cost()  # the first poll loads the scripts
+    one_other = cost()
+    others_queue(range(1, 100))
+    assert cost() == one_other  # (INFO itself is counted in both)
 
 
 def test_another_users_batch_is_not_found(make_user, api_client_for):

@@ -1,0 +1,145 @@
+"""Measured rates for the batch estimate (uploads/rates.py): what a job is
+measured as (table-driven), the same in SQL for unfinished jobs, the
+weighted mean and variance in Python and in the Redis script, the slot's
+time of a job, and a finished job becoming a sample."""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from django.utils import timezone as dj_timezone
+
+from uploads import rates
+from uploads.lifecycle import JobFinished
+from uploads.models import Job, Upload
+from uploads.rates import MB, Rate, job_keys, rate_update, slot_seconds, with_rate_keys
+
+VIDEO_720 = {"width": 1280, "height": 720, "duration_s": 12.0}
+PORTRAIT_1080 = {"width": 1080, "height": 1920, "duration_s": 30.0}
+UHD = {"width": 3840, "height": 2160, "duration_s": 5.0}
+
+# (kind, media_info, filename, size, cost_estimate) -> every (key, units) a finished job is a sample of
+CASES = [
+    # a photo: per file, before and after the probe
+    ("image", {"width": 4032, "height": 3024}, "IMG_1.JPG", 3 * MB, 0.4, [("pre:image", 1.0), ("image", 1.0)]),
+    # a video: per MB from its name, per second of its frame's band once probed
+    ("video", VIDEO_720, "clip.mp4", 24 * MB, 9.0, [("pre:video", 24.0), ("video:720", 12.0)]),
+    # the band is the short side's: a portrait 1080x1920 is 1080p
+    ("video", PORTRAIT_1080, "phone.MOV", 60 * MB, 40.0, [("pre:video", 60.0), ("video:1080", 30.0)]),
+    ("video", UHD, "drone.mkv", 80 * MB, 30.0, [("pre:video", 80.0), ("video:2160", 5.0)]),
+    # a video named like a picture: the name's guess learns it too
+    ("video", VIDEO_720, "odd.jpg", 2 * MB, 9.0, [("pre:image", 1.0), ("video:720", 12.0)]),
+    # sound per second; an unknown extension per MB
+    ("audio", {"duration_s": 180.0}, "song.flac", 30 * MB, 3.0, [("pre:audio", 30.0), ("audio", 180.0)]),
+    ("audio", {"duration_s": 60.0}, "memo.bin", MB // 2, 1.0, [("pre:other", 0.5), ("audio", 60.0)]),
+    ("pdf", {}, "scan.pdf", MB, 1.0, [("pre:pdf", 1.0), ("pdf", 1.0)]),
+    # never probed (it failed before): only the name's guess
+    ("unknown", {}, "broken.mp4", 3 * MB, 2.0, [("pre:video", 3.0)]),
+    # an export has no file: per second of its static estimate
+    ("export", {}, "", 0, 12.5, [("export", 12.5)]),
+    # no duration measured: a tenth of a second, never zero units
+    ("video", {"width": 640, "height": 360}, "x.webm", MB, 1.0, [("pre:video", 1.0), ("video:360", 0.1)]),
+]
+
+
+@pytest.mark.parametrize(("kind", "media_info", "filename", "size", "cost", "expected"), CASES)
+def test_a_finished_job_is_a_sample_of_its_names_guess_and_of_what_its_probe_found(kind, media_info, filename, size,
+                                                                                     cost, expected):
+    assert job_keys(kind=kind, media_info=media_info, filename=filename, size=size, cost_estimate=cost) == expected
+
+
+@pytest.mark.django_db
+def test_unfinished_jobs_are_keyed_in_sql_as_a_finished_one_would_be(make_user):
+    """with_rate_keys (the batch poll's SQL) and job_keys (the measuring)
+    agree on every case: the probed key when there is one, else the guess."""
+    owner = make_user("alice")
+    batch = uuid.uuid4()
+    expected = {}
+    for i, (kind, media_info, filename, size, cost, keys) in enumerate(CASES):
+        upload = None
+        if filename:
+            upload = Upload.objects.create(owner=owner, batch=batch, filename=filename, file=f"u/{i}", size=size)
+        job = Job.objects.create(upload=upload, owner=owner, lane="cpu-transcode", kind=kind, media_info=media_info,
+                                 cost_estimate=cost)
+        expected[job.id] = keys[-1]
+    got = {row["id"]: (row["rate_key"], row["rate_units"])
+           for row in with_rate_keys(Job.objects.filter(owner=owner)).values("id", "rate_key", "rate_units")}
+    for job_id, (key, units) in expected.items():
+        assert got[job_id][0] == key
+        assert got[job_id][1] == pytest.approx(units)
+
+
+def test_the_mean_is_plain_for_the_first_samples_then_weighted():
+    rate = None
+    for x in (1.0, 2.0, 3.0):
+        rate = rate_update(rate, x, alpha=0.25)
+    # 1/n while 1/n > alpha: the plain mean (2.0) and the population variance (2/3)
+    assert rate.n == 3 and rate.mean == pytest.approx(2.0) and rate.var == pytest.approx(2 / 3)
+    rate = rate_update(rate, 10.0, alpha=0.25)  # 1/4 = alpha
+    assert rate.mean == pytest.approx(2.0 + 0.25 * 8.0)
+    rate = rate_update(rate, 4.0, alpha=0.25)  # 1/5 < alpha: alpha's weight
+    assert rate.mean == pytest.approx(4.0)
+    assert rate_update(None, 7.0) == Rate(1, 7.0, 0.0)
+    assert Rate(10, 2.0, 0.25).cv == pytest.approx(0.25)
+
+
+def test_redis_keeps_the_same_mean_and_variance_as_the_specification(redis_client):
+    xs = [0.4, 0.5, 0.45, 1.2, 0.41, 0.39, 0.6] * 8
+    spec = None
+    for x in xs:
+        spec = rate_update(spec, x)
+        rates.rates_record(user_id=7, seconds=2 * x, samples=[("image", 2.0)])  # 2 s for 2 units: x per unit
+    mine, everyone = rates.rates_for(user_id=7)
+    for got in (mine["image"], everyone["image"]):
+        assert got.n == spec.n == len(xs)
+        assert got.mean == pytest.approx(spec.mean, rel=1e-12) and got.var == pytest.approx(spec.var, rel=1e-9)
+    assert 0 < redis_client.ttl(f"{rates._PREFIX}7") <= rates.RATE_TTL_S
+    assert rates.rates_for(user_id=8)[0] == {}  # another user's own: nothing
+
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+@pytest.mark.parametrize(("waiting_since", "started", "finished", "previous_end", "seconds"), [
+    # the slot's first job: its own time
+    (at(0), at(1), at(3), None, 2.0),
+    # waiting when the slot's last job ended 0.3 s before it started: the handover counts
+    (at(0), at(10.3), at(11), at(10), 1.0),
+    # it arrived after the slot's last job ended: the slot was idle, not handing over
+    (at(10.1), at(10.3), at(11), at(10), 0.7),
+    # a gap longer than a handover (a held backlog): its own time
+    (at(0), at(13), at(14), at(10), 1.0),
+    # clocks that disagree (started before the previous end): its own time
+    (at(0), at(9.9), at(11), at(10), 1.1),
+])
+def test_a_jobs_slot_time_includes_the_handover_only_when_it_was_waiting(waiting_since, started, finished,
+                                                                        previous_end, seconds):
+    assert slot_seconds(waiting_since=waiting_since, started_at=started, finished_at=finished,
+                        previous_end=previous_end) == pytest.approx(seconds)
+
+
+@pytest.mark.django_db
+def test_a_succeeded_job_is_measured_for_its_owner_and_everyone_and_a_failed_one_is_not(make_user, redis_client):
+    owner = make_user("alice")
+    now = dj_timezone.now()
+    rates._last_end.clear()
+
+    def finished(status: str, filename: str) -> Job:
+        upload = Upload.objects.create(owner=owner, batch=uuid.uuid4(), filename=filename, file="u/x", size=6 * MB)
+        return Job.objects.create(upload=upload, owner=owner, lane="cpu-transcode", kind="video", status=status,
+                                  media_info=VIDEO_720, cost_estimate=5.0, started_at=now - timedelta(seconds=3),
+                                  finished_at=now)
+
+    failed = finished(Job.Status.FAILED, "a.mp4")
+    rates.job_measured(JobFinished(job_id=str(failed.id), owner_id=owner.pk, status=Job.Status.FAILED))
+    assert rates.rates_for(user_id=owner.pk) == ({}, {})
+    done = finished(Job.Status.SUCCEEDED, "b.mp4")
+    rates.job_measured(JobFinished(job_id=str(done.id), owner_id=owner.pk, status=Job.Status.SUCCEEDED))
+    mine, everyone = rates.rates_for(user_id=owner.pk)
+    # 3 s of slot (the failed job ended at the same moment: no handover) for 12 s of 720p, 6 MB
+    assert mine == everyone == {"video:720": Rate(1, 0.25, 0.0), "pre:video": Rate(1, 0.5, 0.0)}

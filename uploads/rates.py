@@ -1,0 +1,309 @@
+"""Measured rates: how many seconds of a worker slot a user's files of each
+kind take, learned from the jobs that end, for the batch estimate
+(uploads/estimates.py).
+
+What a job costs depends on what it is: an image is about one fixed
+amount of work, a video's work grows with its length and its frame size.
+So each job is measured under a *rate key* with a *unit*:
+
+- once probed (the job runs, or ran): `image` and `pdf` per file, `audio`
+  per second of input, `video:<band>` per second of input for the band of
+  its frame's short side (360, 720, 1080, 2160: the ladder has a rung more
+  per band), `export` per second of its static estimate (`cost_estimate`);
+- before the probe, which is all a queued file is, the only facts are its
+  name and size: `pre:image` and `pre:pdf` per file, `pre:video`,
+  `pre:audio` and `pre:other` per MB, guessed from the name's extension.
+
+A finished job is a sample of both its keys (its name's guess, with its
+size; what the probe found, with its media), so the guess for a queued
+`clip.mp4` learns from what `.mp4` files of this user really cost.
+
+What is measured is the slot's time, not only the job's: a slot that ends
+a job while others wait spends some time before the next one starts
+(the dispatcher's release, Celery's delivery, the claim), 13 % of an
+image job's in a flood on this 2-core machine (0.87 utilisation). A
+worker process remembers when its last job ended (`_last_end`); when the
+next job it ends was already waiting then, the sample is the time from
+that end to this one (the handover included), else the job's own
+processing time.
+
+State is bounded: per user and lane-wide, one Redis hash with three
+numbers per rate key (samples, mean, variance: an exponentially weighted
+mean and variance of seconds per unit, RATE_ALPHA), updated at each job's
+end by one script call, and read by a batch poll with one HGETALL of
+each. Nothing scans history per request. A user's hash expires after
+RATE_TTL_S without a job.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import posixpath
+from dataclasses import dataclass
+from datetime import datetime
+
+import redis
+from django.conf import settings
+from django.db.models import Case, CharField, F, FloatField, Q, QuerySet, Value, When
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce, Greatest, Least
+
+from uploads.lifecycle import JobFinished
+from uploads.models import Job
+
+log = logging.getLogger(__name__)
+
+# Each new sample weighs 1/32 against what was learned: the mean follows a
+# change of the machine's speed (load, the other user's kind of files)
+# within a few dozen jobs, and one slow job moves it by 3 %. The first
+# samples are a plain mean (weight 1/n), so 5 jobs already count fully.
+RATE_ALPHA = 1 / 32
+RATE_TTL_S = 30 * 86400
+# A slot idle longer than this between two jobs was waiting for work (a
+# held or scheduled backlog), not handing over: the sample is then the
+# job's own time.
+MAX_HANDOVER_S = 2.0
+MB = 1024 * 1024
+
+EXTENSIONS = {
+    "image": ("jpg", "jpeg", "png", "webp", "gif", "tif", "tiff", "heic", "heif", "avif", "bmp"),
+    "video": ("mp4", "m4v", "mov", "mkv", "webm", "avi", "mpg", "mpeg", "3gp", "ts", "mts", "m2ts", "wmv", "flv",
+              "ogv"),
+    "audio": ("mp3", "m4a", "aac", "wav", "flac", "ogg", "oga", "opus", "wma", "aif", "aiff"),
+    "pdf": ("pdf",),
+}
+# Unit of each key: "file", "second" (of input media), "MB" (of input) or
+# "cost_s" (the static estimate, for exports).
+PER_FILE_GUESSES = ("image", "pdf")
+VIDEO_BANDS = (360, 720, 1080)  # short side at most this; above the last: 2160
+UNITS = {"image": "file", "pdf": "file", "audio": "second", "export": "cost_s",
+         **{f"video:{band}": "second" for band in (*VIDEO_BANDS, 2160)},
+         "pre:image": "file", "pre:pdf": "file", "pre:video": "MB", "pre:audio": "MB", "pre:other": "MB"}
+
+
+# --- what a job is measured as --------------------------------------------------------
+
+
+def guessed_kind(filename: str) -> str:
+    """image, video, audio, pdf or other, from the name's extension alone."""
+    ext = posixpath.splitext(filename.lower())[1].lstrip(".")
+    return next((kind for kind, exts in EXTENSIONS.items() if ext in exts), "other")
+
+
+def video_band(width: int | None, height: int | None) -> int:
+    short = min(width or 0, height or 0)
+    return next((band for band in VIDEO_BANDS if short <= band), 2160)
+
+
+def probed_key(kind: str, media_info: dict) -> str | None:
+    """The key of a probed job; None for a kind without one (unknown)."""
+    if kind == Job.Kind.VIDEO:
+        return f"video:{video_band(media_info.get('width'), media_info.get('height'))}"
+    return kind if kind in UNITS and kind != Job.Kind.UNKNOWN else None
+
+
+def units_of(key: str, *, media_info: dict, size: int, cost_estimate: float) -> float:
+    unit = UNITS[key]
+    if unit == "file":
+        return 1.0
+    if unit == "second":
+        return max(0.1, float(media_info.get("duration_s") or 0.0))
+    if unit == "MB":
+        return max(0.001, size / MB)
+    return max(0.05, cost_estimate)
+
+
+def job_keys(*, kind: str, media_info: dict, filename: str, size: int, cost_estimate: float
+             ) -> list[tuple[str, float]]:
+    """Every (key, units) a finished job is a sample of: its name's guess
+    (an upload's) and what its probe found."""
+    keys = []
+    if filename:
+        keys.append(f"pre:{guessed_kind(filename)}")
+    probed = probed_key(kind, media_info)
+    if probed:
+        keys.append(probed)
+    return [(key, units_of(key, media_info=media_info, size=size, cost_estimate=cost_estimate)) for key in keys]
+
+
+def with_rate_keys(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """The same, in SQL, for unfinished jobs: `jobs` annotated with
+    `rate_key` (the probed key when there is one, else the name's guess)
+    and `rate_units`. Kept beside job_keys so that the two cannot drift
+    (tests/uploads/test_rates.py checks them against each other)."""
+    filename = "upload__filename"
+    jobs = jobs.annotate(
+        rate_short=Least(*(Coalesce(Cast(KT(f"media_info__{side}"), FloatField()), Value(0.0))
+                           for side in ("width", "height"))),
+        rate_duration=Greatest(Cast(KT("media_info__duration_s"), FloatField()), Value(0.1)))
+    bands = [When(Q(kind=Job.Kind.VIDEO, rate_short__lte=band), then=Value(f"video:{band}")) for band in VIDEO_BANDS]
+    probed = [*bands, When(kind=Job.Kind.VIDEO, then=Value("video:2160")),
+              *[When(kind=kind, then=Value(kind)) for kind in ("image", "pdf", "audio", "export")]]
+    guesses = [When(_any_extension(filename, exts), then=Value(f"pre:{kind}")) for kind, exts in EXTENSIONS.items()]
+    per_file = [When(_any_extension(filename, EXTENSIONS[kind]), then=Value(1.0)) for kind in PER_FILE_GUESSES]
+    return jobs.annotate(
+        rate_key=Case(*probed, *guesses, default=Value("pre:other"), output_field=CharField()),
+        rate_units=Case(
+            When(kind__in=[Job.Kind.VIDEO, Job.Kind.AUDIO], then=Coalesce(F("rate_duration"), Value(0.1))),
+            When(kind__in=[Job.Kind.IMAGE, Job.Kind.PDF], then=Value(1.0)),
+            When(kind=Job.Kind.EXPORT, then=Greatest(F("cost_estimate"), Value(0.05))),
+            *per_file,
+            default=Greatest(Cast(F("upload__size"), FloatField()) / float(MB), Value(0.001)),
+            output_field=FloatField()))
+
+
+def _any_extension(field: str, exts: tuple[str, ...]) -> Q:
+    q = Q()
+    for ext in exts:
+        q |= Q(**{f"{field}__iendswith": f".{ext}"})
+    return q
+
+
+# --- the slot time of a finished job --------------------------------------------------
+
+# When this process's last job ended (the database's clock): the start of
+# the next sample's slot time. A forked worker child inherits the parent's
+# (None: the parent runs no jobs).
+_last_end: dict[int, datetime] = {}
+
+
+def slot_seconds(*, waiting_since: datetime | None, started_at: datetime, finished_at: datetime,
+                 previous_end: datetime | None) -> float:
+    """The slot's time for a job: from this process's previous job's end
+    when the job was already waiting then and the handover was short (the
+    slot was busy handing over, not idle), else the job's own time."""
+    own = (finished_at - started_at).total_seconds()
+    if previous_end is None or waiting_since is None or waiting_since > previous_end:
+        return own
+    handover = (started_at - previous_end).total_seconds()
+    if not 0 <= handover <= MAX_HANDOVER_S:
+        return own
+    return own + handover
+
+
+# --- state ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Seconds per unit of one key: samples (n), their weighted mean and variance."""
+
+    n: int
+    mean: float
+    var: float
+
+    @property
+    def cv(self) -> float:
+        """Relative spread of one job's seconds per unit."""
+        return math.sqrt(max(0.0, self.var)) / self.mean if self.mean > 0 else 0.0
+
+
+def rate_update(rate: Rate | None, x: float, *, alpha: float = RATE_ALPHA) -> Rate:
+    """One sample into the weighted mean and variance (the script below
+    does the same in Redis; this is its specification, tested)."""
+    if rate is None or rate.n <= 0:
+        return Rate(1, x, 0.0)
+    n = rate.n + 1
+    a = max(alpha, 1 / n)
+    delta = x - rate.mean
+    return Rate(n, rate.mean + a * delta, (1 - a) * (rate.var + a * delta * delta))
+
+
+# KEYS: the user's hash, the lane-wide hash. ARGV: ttl_s, alpha, then
+# key, x pairs. Fields "<key>|n", "<key>|m", "<key>|v" (rate_update).
+_UPDATE = """
+local alpha = tonumber(ARGV[2])
+for h = 1, 2 do
+  for i = 3, #ARGV, 2 do
+    local key, x = ARGV[i], tonumber(ARGV[i + 1])
+    local got = redis.call('HMGET', KEYS[h], key .. '|n', key .. '|m', key .. '|v')
+    local n, m, v = tonumber(got[1]) or 0, tonumber(got[2]) or 0, tonumber(got[3]) or 0
+    if n <= 0 then
+      n, m, v = 1, x, 0
+    else
+      n = n + 1
+      local a = math.max(alpha, 1 / n)
+      local d = x - m
+      m, v = m + a * d, (1 - a) * (v + a * d * d)
+    end
+    redis.call('HSET', KEYS[h], key .. '|n', n, key .. '|m', string.format('%.17g', m),
+               key .. '|v', string.format('%.17g', v))
+  end
+end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+_PREFIX = "fairlane:rates:v1:"
+LANE_WIDE = "all"
+
+
+@functools.lru_cache(maxsize=4)
+def _client(url: str) -> redis.Redis:
+    # One pool per process and URL (redis-py's pool starts afresh in a forked child).
+    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+
+def _redis() -> redis.Redis:
+    return _client(settings.FAIR_REDIS_URL)
+
+
+def rates_record(*, user_id: int, seconds: float, samples: list[tuple[str, float]]) -> None:
+    """`seconds` of a slot spent on one finished job of `user_id`, a sample
+    of each (key, units) in `samples`, for the user and lane-wide."""
+    args: list = [RATE_TTL_S, RATE_ALPHA]
+    for key, units in samples:
+        args += [key, seconds / units]
+    if len(args) > 2:
+        _redis().eval(_UPDATE, 2, f"{_PREFIX}{user_id}", f"{_PREFIX}{LANE_WIDE}", *args)
+
+
+def _parse(raw: dict) -> dict[str, Rate]:
+    fields: dict[str, dict[str, float]] = {}
+    for name, value in raw.items():
+        key, _, field = (name.decode() if isinstance(name, bytes) else name).rpartition("|")
+        fields.setdefault(key, {})[field] = float(value)
+    return {key: Rate(int(f.get("n", 0)), f.get("m", 0.0), f.get("v", 0.0)) for key, f in fields.items()
+            if f.get("n", 0) > 0 and f.get("m", 0.0) > 0}
+
+
+def rates_for(*, user_id: int) -> tuple[dict[str, Rate], dict[str, Rate]]:
+    """(the user's rates, the lane-wide rates): two HGETALLs in one round
+    trip, whatever the number of users. Raises redis.RedisError."""
+    pipe = _redis().pipeline(transaction=False)
+    pipe.hgetall(f"{_PREFIX}{user_id}")
+    pipe.hgetall(f"{_PREFIX}{LANE_WIDE}")
+    mine, everyone = pipe.execute()
+    return _parse(mine), _parse(everyone)
+
+
+def job_measured(event: JobFinished) -> None:
+    """Receiver of lifecycle.job_finished, in the process that ended the
+    job: a succeeded job becomes a sample of its keys. Any job's end moves
+    this process's `_last_end` (a failed job held the slot too)."""
+    row = (Job.objects.filter(id=event.job_id)
+           .values("kind", "media_info", "cost_estimate", "queued_at", "created_at", "started_at", "finished_at",
+                   "upload__filename", "upload__size").first())
+    if row is None or row["finished_at"] is None:
+        return
+    pid = os.getpid()
+    previous_end = _last_end.get(pid)
+    _last_end[pid] = row["finished_at"]
+    if event.status != Job.Status.SUCCEEDED or row["started_at"] is None:
+        return
+    chunks = (row["media_info"] or {}).get("chunks")
+    if chunks:  # a chunked video: its parts did the work, each in a slot of its own
+        seconds = sum(ms for ms in Job.objects.filter(parent_id=event.job_id).values_list("process_ms", flat=True)
+                      if ms) / 1000
+    else:
+        seconds = slot_seconds(waiting_since=row["queued_at"] or row["created_at"], started_at=row["started_at"],
+                               finished_at=row["finished_at"], previous_end=previous_end)
+    samples = job_keys(kind=row["kind"], media_info=row["media_info"] or {}, filename=row["upload__filename"] or "",
+                       size=row["upload__size"] or 0, cost_estimate=row["cost_estimate"])
+    if seconds <= 0 or not samples:
+        return
+    try:
+        rates_record(user_id=event.owner_id, seconds=seconds, samples=samples)
+    except redis.RedisError as exc:  # an estimate learns from the next one
+        log.warning("job %s not measured for estimates: %r", event.job_id, exc)
