@@ -61,6 +61,11 @@ class JobUploadSerializer(serializers.Serializer):
     batch = serializers.UUIDField()
 
 
+class JobOrganisationSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+
+
 class JobErrorSerializer(serializers.Serializer):
     code = serializers.CharField()
     message = serializers.CharField()
@@ -69,12 +74,16 @@ class JobErrorSerializer(serializers.Serializer):
 class JobSerializer(serializers.ModelSerializer):
     upload = serializers.SerializerMethodField(help_text="The file this job processes; null for an export.")
     batch = serializers.SerializerMethodField()
+    organisation = serializers.SerializerMethodField(help_text="Whose share of the workers it runs in: its owner's "
+                                                     "organisation (everyone is in exactly one: alone, one named "
+                                                     "after them); null for a user not in one yet.")
     error = serializers.SerializerMethodField(help_text="Why the job failed or was canceled; null otherwise.")
     outputs = OutputSerializer(many=True)
 
     class Meta:
         model = Job
         fields = [
+            "organisation",
             "id", "upload", "batch", "kind", "lane", "status", "progress", "attempts", "error",
             "created_at", "scheduled_for", "started_at", "finished_at", "wait_ms", "process_ms", "outputs",
         ]
@@ -89,6 +98,19 @@ class JobSerializer(serializers.ModelSerializer):
     @extend_schema_field(OpenApiTypes.UUID)
     def get_batch(self, job: Job) -> str:
         return str(job.batch or job.upload.batch)
+
+    @extend_schema_field(JobOrganisationSerializer(allow_null=True))
+    def get_organisation(self, job: Job) -> dict | None:
+        """Read once per owner and answer (the context is shared by a list's
+        jobs, and a user's list has one owner)."""
+        from organisations import organisations_of
+
+        known = self.context.setdefault("organisations", {})
+        if job.owner_id not in known:
+            known.update(dict.fromkeys([job.owner_id]))
+            known.update({user_id: {"id": b.organisation_id, "name": b.name}
+                          for user_id, b in organisations_of(user_ids=[job.owner_id]).items()})
+        return known[job.owner_id]
 
     @extend_schema_field(JobErrorSerializer(allow_null=True))
     def get_error(self, job: Job) -> dict | None:
