@@ -10,6 +10,10 @@ scrape time.
 The autoscaling signal is each lane's work in worker-seconds and the hosts
 suggested for it (`fairlane_suggested_hosts`, dispatcher/autoscale.py):
 docs/scale-out.md, "Scaling".
+
+Per organisation, its share of a lane's worker time lately
+(`fairlane_organisation_share`), for the FAIRLANE_METRICS_ORGANISATIONS
+largest and one "other": bounded, whatever the number of customers.
 """
 from __future__ import annotations
 
@@ -20,11 +24,13 @@ from collections import defaultdict
 import redis
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
+from django.utils.module_loading import import_string
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 import dispatcher
+import organisations
 from project.lanes import FAIR_LANES
 
 # Seconds. Waits span sub-second (idle lane) to an hour (a big backlog);
@@ -174,11 +180,38 @@ def _add_work(families: dict, lane: str, summary: dict, live_slots: list[int]) -
         work_s=work.work_s, jobs=work.jobs, target_s=settings.FAIRLANE_SCALE_TARGET_S, slots_per_host=per_host))
 
 
+def _organisation_shares():
+    """Each organisation's share of each lane's worker time over the last
+    FAIR_USAGE_MINUTES (the fairness page's per-user usage, FAIR_USAGE_PROVIDERS,
+    summed by organisation: the users who worked lately, and one query for
+    their memberships), the FAIRLANE_METRICS_ORGANISATIONS largest by name
+    and id ("org:<id>": two may share a name), the rest as "other". A user
+    in no organisation counts as one of their own (id "user:<id>")."""
+    family = GaugeMetricFamily("fairlane_organisation_share", "Share of the lane's worker time over the last "
+                               "FAIR_USAGE_MINUTES, per organisation: the FAIRLANE_METRICS_ORGANISATIONS largest, "
+                               "the rest as organisation=\"other\".", labels=["lane", "organisation", "id"])
+    top = settings.FAIRLANE_METRICS_ORGANISATIONS
+    for lane, provider in sorted(settings.FAIR_USAGE_PROVIDERS.items()):
+        usage = import_string(provider)(minutes=settings.FAIR_USAGE_MINUTES)
+        where = organisations.organisations_of(user_ids=[int(key) for key in usage if key.isdigit()])
+        shares: dict[tuple[str, str], float] = defaultdict(float)
+        for key, row in usage.items():
+            belonging = where.get(int(key)) if key.isdigit() else None
+            shares[(belonging.name, belonging.key) if belonging else (key, f"user:{key}")] += row["share"]
+        ranked = sorted(shares.items(), key=lambda item: (-item[1], item[0]))
+        for (name, key), share in ranked[:top]:
+            family.add_metric([lane, name, key], share)
+        if len(ranked) > top:
+            family.add_metric([lane, "other", ""], sum(share for _, share in ranked[top:]))
+    yield family
+
+
 class _Collector:
     def collect(self):
         client = _client()
         yield from _histograms(client)
         yield from _counters(client)
+        yield from _organisation_shares()
         # Redis's clock: registrations expire by it (one clock for every host)
         yield from _gauges(dispatcher.scheduler(sorted(FAIR_LANES)[0]).time())
 

@@ -605,6 +605,10 @@ if PRODUCTION and FAIRLANE_FAULT_INJECTION:
 # --- Operations ------------------------------------------------------------------------
 # /metrics answers only with `Authorization: Bearer <METRICS_TOKEN>`; unset, it is off.
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+# /metrics names this many organisations per lane, those with the largest
+# share of its worker time lately, and sums the rest as "other": a series
+# per organisation would grow Prometheus's storage with every customer.
+FAIRLANE_METRICS_ORGANISATIONS = int(os.environ.get("FAIRLANE_METRICS_ORGANISATIONS", "20"))
 
 # --- Autoscaling (dispatcher/autoscale.py, dispatcher/protection.py; docs/scale-out.md) ---
 # /metrics suggests per lane the worker hosts that clear its work (waiting

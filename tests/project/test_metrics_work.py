@@ -11,6 +11,8 @@ import dispatcher
 from project.lanes import Lane
 
 LANE = {"lane": "cpu-transcode"}
+# /metrics reads the organisations of the users who worked lately (tests/organisations/test_metrics.py).
+pytestmark = pytest.mark.django_db
 
 
 def scrape(client) -> dict[tuple[str, tuple], float]:
