@@ -72,6 +72,14 @@ bench-chunks: install
 bench-upload: install
 	$(BIN)/python -m bench.upload $(ARGS)
 
+# One day of a Filestage-shaped workload on an autoscaled cluster, simulated
+# through the dispatcher's own Lua on a private Redis: scale on jobs against
+# worker-seconds, FIFO against fair, with and without scale-in protection.
+# A few minutes. Shorter (no report written): make bench-autoscale ARGS="--hours 6"
+.PHONY: bench-autoscale
+bench-autoscale: install
+	$(BIN)/python -m bench.autoscale $(ARGS)
+
 clean:
 	rm -rf var/ $(VENV)
 
