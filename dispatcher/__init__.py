@@ -32,27 +32,56 @@ configuration; `project/` imports the dispatcher, not the other way round
 (only `project.lanes` and `project.routing`, which say which lane a task is
 on, are read from here).
 
-The algorithm (start-time fair queueing, per lane)
----------------------------------------------------
-Each fairness key (a user, later maybe a tenant) has a FIFO backlog (a
+The algorithm (hierarchical start-time fair queueing, per lane)
+----------------------------------------------------------------
+Two levels: the lane shares its worker time between groups (organisations)
+by their weights, and each group shares what it gets between its members
+(fairness keys: users) by theirs, so that an organisation with 50 busy
+members gets one organisation's share, not 50 users' (the KeyPolicy's
+group, which the caller takes from the account, never from the client). A
+key submitted without a group is a group of its own, weighing what the key
+does: one level, exactly the dispatcher as it was before groups.
+
+Each fairness key has a FIFO backlog (a
 list; a job that leaves from its middle, canceled or started after a reap,
 leaves a stale entry the release drops when it reaches it, so cancelling N
 jobs costs O(N), whatever the backlog's length: lua/_lib.lua,
-`push_backlog`). Keys with
-a backlog sit in a sorted set scored by virtual start time. Releasing takes the
-key with the smallest score, charges its head job
+`push_backlog`). Groups with an eligible key sit in the lane's sorted set
+scored by the group's virtual start time; a group's eligible keys in the
+group's own sorted set (a field, for the common group of one eligible key)
+scored by the key's virtual start time within the group. Releasing takes
+the group with the smallest score, within it the key with the smallest,
+and charges the key's head job at both levels:
 
-    start = max(vt[key], V);  V = start;  vt[key] = start + cost / weight
+    start_G = max(vt[G], V);    V = start_G;    vt[G] = start_G + cost / w[G]
+    start_k = max(vt[k], V_G);  V_G = start_k;  vt[k] = start_k + cost / w[k]
 
-and re-scores the key at vt[key]. V, the lane's virtual clock, only moves
-forward, and a key that (re)activates starts at max(vt[key], V): an idle user
-earns no credit to burst with later, a user who got ahead keeps its debt.
-Among continuously backlogged keys, cost (worker time, not job count) is
-shared in proportion to weights; `finish` corrects vt by
-(actual - estimated) / weight once the real cost is known. A newcomer starts
-at V, which is at most one job's charge behind every busy key, so it is
-released next and starts after at most about one window of completions,
-whatever the other backlogs hold.
+and re-scores both. V, the lane's virtual clock, and V_G, each group's,
+only move forward, and a group (key) that (re)activates starts at
+max(vt, V) (max(vt, V_G)): time spent idle earns no credit to burst with
+later, at either level, and one that got ahead keeps its debt. Both levels
+are work-conserving: a group alone with work gets the whole lane, a key
+alone in its group all of the group's share. `finish` corrects both
+virtual times by (actual - estimated) / weight once the real cost is
+known, so worker time, not job count, is what is shared.
+
+The bound is start-time fair queueing's (Goyal, Vin and Cheng 1996), at
+each level (Goyal, Guo and Vin 1996, hierarchical SFQ): over any interval
+in which groups A and B stay backlogged, the worker time W they receive
+satisfies |W_A / w_A - W_B / w_B| <= c_A / w_A + c_B / w_B (c: the largest
+job of each), whatever the other groups do, and within a group the same
+holds between its backlogged keys, of the time the group received. A
+newcomer group starts at V, the start of the job released last, at most
+one job's charge behind every busy group, so its first job is released
+next and starts after at most about one window of completions, however
+many jobs or members the others hold; the same holds for a newcomer key
+within its group. Caps and token-bucket rates apply at both levels: a key
+at its cap or out of tokens leaves its group's eligible keys (its group
+stays eligible while another key can go), a group at its cap or out of
+tokens leaves the lane's sorted set with all its keys; a finish or a token
+puts each back. A release costs one more sorted-set read and write and one
+more read of the lane's hash for a named group's key (O(log groups) + O(log
+members)), nothing more for a key of its own group.
 
 Only a window of jobs is released at a time: the live workers' slots plus a
 headroom of queued jobs, none on the cpu lane (a finish releases into its
@@ -64,8 +93,8 @@ already changes neither: the last release left the window full or no key
 eligible), and the workers' ticker after registrations, reaps and due
 times. A submit for an idle key that finds the window with room and no key
 eligible (a lane that keeps up) releases its job at once, charged as
-above, without passing its key through the sorted set: the key would be
-the only eligible one. A call reads the lane's state with one HMGET (two
+above, without passing its key and group through the sorted sets: they
+would be the only eligible ones. A call reads the lane's state with one HMGET (two
 in a release) and writes it with one HSET: the lane's numbers, each key's
 fields and each job's record and message share one hash (lua/_lib.lua,
 H). A no-op job costs 19 Redis commands in all, Celery's included
@@ -88,9 +117,10 @@ also keeps when it last moved (a release, start, heartbeat or finish), so a
 health check can tell a lane that holds work and moves nothing
 (`health.py`). They are the only redelivery a fair lane needs, so kombu's emulation of
 acknowledgements (a copy of every delivered message in Redis until its ack)
-is off while fair dispatch is on (project/settings.py). Per-key concurrency
-caps and token-bucket rate limits park a key in `capped` / `throttled` until
-a finish or a token makes it eligible again; delayed jobs wait in a due-time
+is off while fair dispatch is on (project/settings.py). Concurrency caps
+and token-bucket rate limits park a key (in its group's `mc:` set, in
+`mthrottled`) or a group (in `capped` / `throttled`) until a finish or a
+token makes it eligible again; delayed jobs wait in a due-time
 set, not in Celery ETAs (which sit in worker memory and fight the broker's
 visibility timeout). Every hot-path operation is O(log keys); nothing scans
 or polls: `next_wakeup` tells the ticker how long it may sleep.

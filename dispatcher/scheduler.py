@@ -34,7 +34,7 @@ _LUA_DIR = Path(__file__).with_name("lua")
 _SCRIPT_NAMES = (
     "submit", "submit_release", "release", "start", "heartbeat", "finish",
     "requeue", "reap", "cancel", "register_worker", "unregister_worker", "snapshot",
-    "holding", "inflight", "health", "summary",
+    "holding", "inflight", "health", "summary", "share",
 )
 
 
@@ -70,8 +70,10 @@ _LIBRARY, _FUNCTIONS = _library()
 # hash, and each key's backlog length beside its list (lua/_lib.lua, H).
 # 4: backlog entries carry their number ("<id>|<g>", so a cancel leaves a
 # stale entry instead of an LREM) and the lane keeps its summary (aw, ak,
-# bt, kb), which state written before could not be read with.
-LAYOUT = 4
+# bt, kb), which state written before could not be read with. 5: two
+# levels: `active`, `capped` and `throttled` hold groups, each group its
+# eligible and capped members (lua/_lib.lua, `members`).
+LAYOUT = 5
 
 # Lane names become part of every key and of SCAN patterns in `clear`: no
 # braces (they would break the hash tag) and no glob characters.
@@ -98,6 +100,12 @@ def _opt(value: float | None) -> float | str:
 
 # Pass as `rate` to remove a key's rate limit (as cap=0 removes its cap).
 NO_RATE_LIMIT: tuple[float, float] = (0.0, 0.0)
+
+
+def _limits(weight: float | None, cap: int | None, rate: tuple[float, float] | None) -> tuple:
+    """A key's or group's settings as the Lua reads them ("": leave as is)."""
+    return ("" if weight is None else weight, "" if cap is None else cap,
+            "" if rate is None else "0" if rate == NO_RATE_LIMIT else f"{rate[0]!r}:{rate[1]!r}")
 
 
 class FairScheduler:
@@ -204,6 +212,10 @@ class FairScheduler:
         due: float | None = None,
         delay_s: float | None = None,
         tag: str = "",
+        group: str | None = None,
+        group_weight: float | None = None,
+        group_cap: int | None = None,
+        group_rate: tuple[float, float] | None = None,
         now: float | None = None,
         client: Any = None,
     ) -> bool:
@@ -220,9 +232,19 @@ class FairScheduler:
         (bulk loads); the result is then the pipeline's. `tag`: the message
         id's suffix on the job's first release (see `message.new_tag`);
         empty, the release's own.
+
+        `group`: the organisation `key` belongs to (None: a group of its
+        own, one level, exactly as before groups). The lane shares its
+        worker time between groups by `group_weight`, and each group what
+        it gets between its keys by their `weight`; `group_cap` and
+        `group_rate` limit the whole group as `cap` and `rate` limit a key
+        (given, they update the group's settings, as a key's). A key moves
+        to another group only while it has no job waiting or in flight:
+        until then its jobs join the group it is in.
         """
         args = self._submit_args(job_id, key, cost=cost, payload=payload, weight=weight, cap=cap, rate=rate, due=due,
-                                 delay_s=delay_s, tag=tag, now=now)
+                                 delay_s=delay_s, tag=tag, group=group, group_weight=group_weight,
+                                 group_cap=group_cap, group_rate=group_rate, now=now)
         if client is not None:
             if not self._loaded:  # a pipeline cannot load on a miss and retry
                 self._load()
@@ -243,24 +265,32 @@ class FairScheduler:
     def _submit_args(
         job_id: str, key: str, *, cost: float = 1.0, payload: str = "", weight: float | None = None,
         cap: int | None = None, rate: tuple[float, float] | None = None, due: float | None = None,
-        delay_s: float | None = None, tag: str = "", now: float | None = None,
+        delay_s: float | None = None, tag: str = "", group: str | None = None, group_weight: float | None = None,
+        group_cap: int | None = None, group_rate: tuple[float, float] | None = None, now: float | None = None,
     ) -> tuple:
-        finite = [cost, weight, due, delay_s, *(rate if rate not in (None, NO_RATE_LIMIT) else ())]
+        """submit.lua's arguments: job_id, key, cost, payload, weight, cap,
+        rate, group, group_weight, group_cap, group_rate, due, now, delay, tag."""
+        finite = [cost, weight, group_weight, due, delay_s,
+                  *(rate if rate not in (None, NO_RATE_LIMIT) else ()),
+                  *(group_rate if group_rate not in (None, NO_RATE_LIMIT) else ())]
         if not all(v is None or math.isfinite(v) for v in finite):
-            raise ValueError("cost, weight, rate, due and delay must be finite numbers")
+            raise ValueError("cost, weights, rates, due and delay must be finite numbers")
         if cost < 0:
             raise ValueError("cost must be >= 0")
-        if weight is not None and weight <= 0:
-            raise ValueError("weight must be > 0")
-        if cap is not None and cap < 0:
-            raise ValueError("cap must be >= 0")
-        if rate is not None and rate != NO_RATE_LIMIT and (rate[0] <= 0 or rate[1] < 1):
-            raise ValueError("rate needs tokens_per_s > 0 and burst >= 1 (or NO_RATE_LIMIT)")
+        if key.startswith("@"):
+            raise ValueError("a fairness key may not begin with '@' (the lane's names for groups)")
+        if group == "":
+            raise ValueError("group must be a name, or None for a group of the key's own")
+        for name, w, c, r in (("", weight, cap, rate), ("group_", group_weight, group_cap, group_rate)):
+            if w is not None and w <= 0:
+                raise ValueError(f"{name}weight must be > 0")
+            if c is not None and c < 0:
+                raise ValueError(f"{name}cap must be >= 0")
+            if r is not None and r != NO_RATE_LIMIT and (r[0] <= 0 or r[1] < 1):
+                raise ValueError(f"{name}rate needs tokens_per_s > 0 and burst >= 1 (or NO_RATE_LIMIT)")
         return (
-            job_id, key, cost, payload,
-            "" if weight is None else weight,
-            "" if cap is None else cap,
-            "" if rate is None else "0" if rate == NO_RATE_LIMIT else f"{rate[0]!r}:{rate[1]!r}",
+            job_id, key, cost, payload, *_limits(weight, cap, rate),
+            group or "", *(_limits(group_weight, group_cap, group_rate) if group else ("", "", "")),
             _opt(due),
             _now(now),
             _opt(delay_s),
@@ -294,18 +324,21 @@ class FairScheduler:
         return int(self._run("heartbeat", _now(now), self.run_lease_s, *job_ids))
 
     def finish(
-        self, job_id: str, *, actual_cost: float | None = None, key: str | None = None, now: float | None = None,
+        self, job_id: str, *, actual_cost: float | None = None, key: str | None = None, group: str | None = None,
+        now: float | None = None,
     ) -> list[Released]:
         """Forget `job_id` and release into the freed slot, in one call.
 
-        `actual_cost` (the measured cost) corrects the key's virtual time by
-        (actual - estimated) / weight, so estimates that are off do not skew
-        the shares. `key`: the job's fairness key when the caller knows it,
-        which saves the call a Redis command (a wrong one costs it one). An
-        unknown job only releases.
+        `actual_cost` (the measured cost) corrects the virtual times of the
+        job's key and group by (actual - estimated) / their weights, so
+        estimates that are off do not skew the shares. `key` and `group`:
+        the job's fairness key and group (None: none) when the caller knows
+        them, which saves the call a Redis command (a wrong one costs it
+        one, nothing else). An unknown job only releases.
         """
         return _pairs(self._run(
             "finish", job_id, "" if actual_cost is None else actual_cost, *self._release_args(now), key or "",
+            f"@g:{group}" if group else "",
         ))
 
     def requeue(
@@ -367,6 +400,25 @@ class FairScheduler:
         each call that changes it, not computed by scanning."""
         return json.loads(self._run("summary", _now(now), self.default_window, self.headroom))
 
+    def share_basis(self, key: str) -> dict[str, Any]:
+        """What `key`'s share of the lane's worker time is made of, in O(1):
+        {weight, cap, busy (it has work), group (None: a group of its own),
+        group_weight, group_cap, group_busy_weight (the weights of its
+        group's keys with work), lane_busy_weight (the weights of the
+        lane's groups with work), share}. `share`: the fraction of the
+        lane's worker time the key gets while it and the others with work
+        stay busy, counting its own and its group's weight in when they
+        are idle (what a job submitted now would get):
+        group_weight / lane's * weight / group's."""
+        basis = json.loads(self._run("share", key))
+        group_busy = basis["group_busy_weight"] + (0.0 if basis["busy"] else basis["weight"])
+        # A group is busy when any of its keys is: with this key busy, only the group's weight may be missing.
+        lane_busy = basis["lane_busy_weight"]
+        if basis["group_busy_weight"] == 0:
+            lane_busy += basis["group_weight"]
+        basis["share"] = basis["group_weight"] / lane_busy * basis["weight"] / group_busy
+        return basis
+
     def key_policy(self, key: str) -> tuple[float, int, bool] | None:
         """(weight, cap (0: none), has work now) of fairness key `key` as the
         lane holds it; None when the lane holds nothing of it. One HMGET."""
@@ -378,10 +430,10 @@ class FairScheduler:
     def keys_with_work(self, *, batch: int = 1000) -> Iterator[tuple[str, int, int]]:
         """Every fairness key with work, waiting or in flight: (key, jobs
         waiting, jobs in flight). For the staff page's ranking, not the hot
-        path: read in steps of `batch` keys (SCAN of the eligible, capped and
-        throttled sets, and the keys of the jobs in flight) with their counts
-        in one HMGET per step, so that no single command blocks Redis for
-        long however many users have work."""
+        path: read in steps of `batch` fields (HSCAN of the lane's hash for
+        the keys' counts, b and n, which every key with work has and no
+        other key keeps), so that no single command blocks Redis for long
+        however many users have work. Groups' counts are skipped."""
         seen: set[str] = set()
         client, p = self._client, self.prefix
 
@@ -391,54 +443,75 @@ class FairScheduler:
             if fresh:
                 values = client.hmget(p + "h", [f"{f}|{k}" for k in fresh for f in ("b", "n")])
                 for i, k in enumerate(fresh):
-                    yield k, int(values[2 * i] or 0), int(values[2 * i + 1] or 0)
+                    b, n = int(values[2 * i] or 0), int(values[2 * i + 1] or 0)
+                    if b or n:
+                        yield k, b, n
 
-        for name, scan in (("active", client.zscan_iter), ("throttled", client.zscan_iter),
-                           ("capped", client.sscan_iter)):
+        for field in ("b", "n"):
             chunk: list[str] = []
-            for member in scan(p + name, count=batch):
-                chunk.append(_text(member[0] if isinstance(member, tuple) else member))
+            for name, _ in client.hscan_iter(p + "h", match=f"{field}|*", count=batch):
+                k = _text(name)[len(field) + 1:]
+                if k.startswith("@"):  # a group's count
+                    continue
+                chunk.append(k)
                 if len(chunk) == batch:
                     yield from counts(chunk)
                     chunk = []
             yield from counts(chunk)
-        flight = [_text(j) for j in client.zrange(p + "inflight", 0, -1)]  # O(window)
-        owners = [json.loads(raw)["k"] for raw in client.hmget(p + "h", [f"j|{j}" for j in flight]) if raw] \
-            if flight else []
-        yield from counts(owners)
 
     def keys_info(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         """For each of `keys` the lane holds anything of: {state, backlog,
-        in_flight, weight, cap}, in two round trips."""
+        in_flight, weight, cap, group}, in two round trips. state: active
+        (eligible, its group too), capped (at its own or its group's cap),
+        throttled (waiting for its own or its group's token),
+        in_flight_only or idle."""
         if not keys:
             return {}
         p = self.prefix
+        values = self._client.hmget(p + "h", [f"{f}|{k}" for k in keys for f in ("b", "n", "w", "cap", "g")])
+        rows = [values[5 * i:5 * i + 5] for i in range(len(keys))]
+        groups = [_text(row[4]) if row[4] is not None else f"@k:{k}" for k, row in zip(keys, rows)]
         with self._client.pipeline(transaction=False) as pipe:
-            pipe.hmget(p + "h", [f"{f}|{k}" for k in keys for f in ("b", "n", "w", "cap")])
-            for k in keys:
-                pipe.zscore(p + "active", k)
-                pipe.sismember(p + "capped", k)
-                pipe.zscore(p + "throttled", k)
-            values, *where = pipe.execute()
+            for k, group in zip(keys, groups):
+                pipe.hget(p + "h", f"m1|{group}")
+                pipe.zscore(p + "ma:" + group, k)
+                pipe.sismember(p + "mc:" + group, k)
+                pipe.zscore(p + "mthrottled", k)
+                pipe.zscore(p + "active", group)
+                pipe.sismember(p + "capped", group)
+                pipe.zscore(p + "throttled", group)
+            where = pipe.execute()
         info = {}
-        for i, k in enumerate(keys):
-            b, n, w, cap = values[4 * i:4 * i + 4]
+        for i, (k, group) in enumerate(zip(keys, groups)):
+            b, n, w, cap, _ = rows[i]
             if b is None and n is None and w is None and cap is None:
                 continue
-            active, capped, throttled = where[3 * i:3 * i + 3]
-            state = ("active" if active is not None else "capped" if capped else
-                     "throttled" if throttled is not None else "in_flight_only" if int(n or 0) else "idle")
-            info[k] = {"state": state, "backlog": int(b or 0), "in_flight": int(n or 0),
-                       "weight": float(w or 1), "cap": int(cap or 0)}
+            m1, scored, capped, throttled, g_active, g_capped, g_throttled = where[7 * i:7 * i + 7]
+            eligible = (m1 is not None and _text(m1) == k) or scored is not None
+            if capped:
+                state = "capped"
+            elif throttled is not None:
+                state = "throttled"
+            elif eligible:
+                state = ("active" if g_active is not None else "capped" if g_capped else
+                         "throttled" if g_throttled is not None else "active")
+            else:
+                state = "in_flight_only" if int(n or 0) else "idle"
+            info[k] = {"state": state, "backlog": int(b or 0), "in_flight": int(n or 0), "weight": float(w or 1),
+                       "cap": int(cap or 0), "group": group[3:] if group.startswith("@g:") else None}
         return info
 
     def parked_counts(self) -> dict[str, int]:
-        """How many keys wait at their cap and for their rate limit."""
+        """How many keys wait at their own cap and for their own rate limit,
+        and how many organisations (named groups) at theirs."""
         with self._client.pipeline(transaction=False) as pipe:
+            pipe.hget(self.prefix + "h", "cm")
+            pipe.zcard(self.prefix + "mthrottled")
             pipe.scard(self.prefix + "capped")
             pipe.zcard(self.prefix + "throttled")
-            capped, throttled = pipe.execute()
-        return {"capped_keys": capped, "throttled_keys": throttled}
+            capped, throttled, capped_groups, throttled_groups = pipe.execute()
+        return {"capped_keys": int(capped or 0), "throttled_keys": throttled, "capped_groups": capped_groups,
+                "throttled_groups": throttled_groups}
 
     def worker_clashes(self, *, now: float | None = None) -> dict[str, dict]:
         """Worker names that two live processes claim: name -> {token (the
@@ -503,11 +576,20 @@ class FairScheduler:
     def snapshot(self, *, now: float | None = None) -> dict[str, Any]:
         """A consistent view for the admin and metrics (not the hot path).
 
-        {"keys": {key: {state, backlog, in_flight, weight, cap, vt}},
+        {"keys": {key: {state, backlog, in_flight, weight, cap, vt, group}},
+         "groups": {name: {state, backlog, in_flight, weight, cap, vt, members}}
+                   (organisations with work: keys submitted with a group;
+                   a key without one is in none),
          "worker_clashes": {name: {registered, refused}} (tokens of the two
                            live processes that claim one worker name),
-         "totals": {active_keys, capped_keys, throttled_keys, held,
-                    in_flight, delayed, window, V}}
+         "totals": {active_keys, capped_keys, throttled_keys, active_groups,
+                    held, in_flight, delayed, window, V}}
+
+        A key's state is its own (capped, throttled) or, while it is
+        eligible in its group, its group's (active, capped, throttled);
+        in_flight_only when it has nothing waiting. vt: a key of its own
+        group, its virtual time in the lane; a group's member, within its
+        group (the group's vt is the lane's).
         """
         return json.loads(self._run("snapshot", _now(now), self.default_window, self.headroom))
 
@@ -548,13 +630,13 @@ class FairScheduler:
 
     def next_wakeup_in(self, now: float | None = None) -> float | None:
         """Seconds until the ticker next has work: a delayed job due, a
-        throttled key's token, or a lease deadline; 0 when overdue; None when
+        throttled key's or group's token, or a lease deadline; 0 when overdue; None when
         nothing is pending, so the ticker can sleep until a submit wakes it
         instead of polling. Relative, measured on Redis's clock, so a caller
         whose own clock is off still sleeps the right time.
         """
         with self._client.pipeline(transaction=False) as pipe:
-            for name in ("delayed", "throttled", "inflight"):
+            for name in ("delayed", "throttled", "mthrottled", "inflight"):
                 pipe.zrange(self.prefix + name, 0, 0, withscores=True)
             pipe.time()
             *heads, (seconds, micros) = pipe.execute()

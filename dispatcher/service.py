@@ -48,6 +48,9 @@ FAIR_HEADER = "fairlane_lane"
 # Celery header with the job's fairness key: the worker names it when it
 # reports the finish, which saves the finish a Redis command (scheduler.finish).
 FAIR_KEY_HEADER = "fairlane_key"
+# Celery header with the job's group (organisation), when it has one: named
+# with the key in the finish, for the same reason.
+FAIR_GROUP_HEADER = "fairlane_group"
 # What a fair task returns when its job is not finished as far as the
 # scheduler is concerned: the job was handed back (requeued for a retry or a
 # shutdown) or belongs to another, live delivery. The worker then does not
@@ -63,11 +66,34 @@ def job_id_of(task_id: str) -> str:
 @dataclass(frozen=True)
 class KeyPolicy:
     """A fairness key's settings: weight (share), cap (max in flight), rate
-    ((tokens per second, burst) for rate-limited lanes)."""
+    ((tokens per second, burst) for rate-limited lanes); and its group's
+    (the organisation the key, a user, belongs to): the lane shares its
+    worker time between groups by group_weight, then each group's between
+    its keys by their weights; group_cap and group_rate limit the whole
+    organisation. group None: the key is a group of its own (one level,
+    the weight alone decides). The group comes from the account, never
+    from a value a client sends: a tenant must not be able to leave its
+    organisation's share by naming another."""
 
     weight: float = 1.0
     cap: int | None = None
     rate: tuple[float, float] | None = None
+    group: str | None = None
+    group_weight: float = 1.0
+    group_cap: int | None = None
+    group_rate: tuple[float, float] | None = None
+
+    def submit_fields(self) -> dict:
+        """The scheduler's submit arguments for this policy: all of it with
+        every job (0 / NO_RATE_LIMIT remove a cap / limit), so a changed plan
+        takes effect with the key's next job; the scheduler skips settings
+        it has already."""
+        return {
+            "weight": self.weight, "cap": self.cap if self.cap is not None else 0, "rate": self.rate or NO_RATE_LIMIT,
+            "group": self.group, "group_weight": self.group_weight,
+            "group_cap": self.group_cap if self.group_cap is not None else 0,
+            "group_rate": self.group_rate or NO_RATE_LIMIT,
+        }
 
 
 def celery_app() -> Celery:
@@ -136,14 +162,9 @@ def enqueue(
         return True
     policy = policy or KeyPolicy()
     sched = scheduler(lane)
-    # The whole policy goes with every submit (0 / NO_RATE_LIMIT remove a
-    # cap / limit), so a changed plan takes effect with the user's next job;
-    # the scheduler skips settings it has already.
-    built, tag = _message(sched, task_name, args, task_id, fair_key, options), message.new_tag()
+    built, tag = _message(sched, task_name, args, task_id, fair_key, options, policy.group), message.new_tag()
     accepted, _ = sched.submit_and_release(
-        task_id, fair_key, cost=cost, payload=built.body, weight=policy.weight,
-        cap=policy.cap if policy.cap is not None else 0, rate=policy.rate or NO_RATE_LIMIT, due=due,
-        delay_s=delay_s, tag=tag,
+        task_id, fair_key, cost=cost, payload=built.body, due=due, delay_s=delay_s, tag=tag, **policy.submit_fields(),
     )
     if accepted:
         monitor.announce_held(celery_app(), [monitor.Held(built.event, tag, fair_key)])
@@ -191,10 +212,9 @@ def enqueue_many(submissions: list[Submission]) -> int:
                 for sub in chunk:
                     policy = sub.policy or KeyPolicy()
                     built, tag = _message(sched, sub.task_name, sub.args, sub.task_id, sub.fair_key,
-                                          sub.options), message.new_tag()
-                    sched.submit(sub.task_id, sub.fair_key, cost=sub.cost, payload=built.body, weight=policy.weight,
-                                 cap=policy.cap if policy.cap is not None else 0,
-                                 rate=policy.rate or NO_RATE_LIMIT, due=sub.due, tag=tag, client=pipe)
+                                          sub.options, policy.group), message.new_tag()
+                    sched.submit(sub.task_id, sub.fair_key, cost=sub.cost, payload=built.body, due=sub.due, tag=tag,
+                                 client=pipe, **policy.submit_fields())
                     held.append(monitor.Held(built.event, tag, sub.fair_key))
                 results = pipe.execute()
             accepted += sum(1 for ok in results if ok)
@@ -204,10 +224,12 @@ def enqueue_many(submissions: list[Submission]) -> int:
 
 
 def _message(sched: FairScheduler, task_name: str, args: list, job_id: str, fair_key: str,
-             options: dict | None) -> message.Built:
+             options: dict | None, group: str | None = None) -> message.Built:
     """The job's Celery message, as the release script will push it."""
-    built = message.build(celery_app(), task_name, args, job_id=job_id,
-                          headers={FAIR_HEADER: sched.lane, FAIR_KEY_HEADER: fair_key}, options=options or {})
+    headers = {FAIR_HEADER: sched.lane, FAIR_KEY_HEADER: fair_key}
+    if group:
+        headers[FAIR_GROUP_HEADER] = group
+    built = message.build(celery_app(), task_name, args, job_id=job_id, headers=headers, options=options or {})
     if built.queue != sched.queue:
         raise ValueError(f"{task_name} is routed to {built.queue!r}, not to its lane's queue {sched.queue!r}")
     return built
@@ -235,7 +257,8 @@ def hand_back(
     lane = lane_for(task_name)
     if is_fair(lane):
         sched = scheduler(lane)
-        built, tag = _message(sched, task_name, args, task_id, fair_key, options), message.new_tag()
+        built, tag = _message(sched, task_name, args, task_id, fair_key, options,
+                              policy.group if policy else None), message.new_tag()
         if sched.requeue(task_id, actual_cost=actual_cost, delay_s=delay_s, payload=built.body, tag=tag):
             monitor.announce_held(celery_app(), [monitor.Held(built.event, tag, fair_key)])
             sched.release()

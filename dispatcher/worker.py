@@ -71,7 +71,7 @@ from django.utils.module_loading import import_string
 from dispatcher import monitor, protection
 from dispatcher.hosts import register_host, unregister_worker_of_host
 from dispatcher.service import (
-    FAIR_KEY_HEADER, HANDED_BACK, finish, hand_back_message, job_id_of, release_all, scheduler, set_draining,
+    FAIR_GROUP_HEADER, FAIR_KEY_HEADER, HANDED_BACK, finish, hand_back_message, job_id_of, release_all, scheduler, set_draining,
 )
 from project.lanes import FAIR_LANES, Lane
 from project.routing import UnroutedTaskError, lane_for
@@ -84,6 +84,7 @@ class _Running:
     lane: Lane
     started: float  # monotonic
     key: str | None  # the job's fairness key, from its message (None: an older message without it)
+    group: str | None = None  # its organisation, from its message (None: none, or an older message)
     reported: bool = False  # start() sent to the scheduler
 
 
@@ -135,7 +136,8 @@ def _on_prerun(task_id: str, task, **kwargs) -> None:
     if lane is None:
         return
     with _running_lock:
-        _running[job_id_of(task_id)] = _Running(lane, time.monotonic(), getattr(task.request, FAIR_KEY_HEADER, None))
+        _running[job_id_of(task_id)] = _Running(lane, time.monotonic(), getattr(task.request, FAIR_KEY_HEADER, None),
+                                                getattr(task.request, FAIR_GROUP_HEADER, None))
     _ensure_threads()
 
 
@@ -150,7 +152,7 @@ def _on_postrun(task_id: str, task, retval=None, **kwargs) -> None:
 
 def _report(job_id: str, entry: _Running, actual: float) -> None:
     try:
-        scheduler(entry.lane).finish(job_id, actual_cost=actual, key=entry.key)
+        scheduler(entry.lane).finish(job_id, actual_cost=actual, key=entry.key, group=entry.group)
     except Exception:  # Redis blip: the lease expires and the job's slot is reclaimed by reap
         log.exception("could not report the end of %s on %s", job_id, entry.lane)
 

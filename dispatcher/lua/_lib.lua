@@ -12,7 +12,7 @@
 --
 -- Numbers are written with %.17g: Redis would otherwise format Lua numbers
 -- with %.14g, and the virtual clock would drift by rounding on every write.
-local P, H, ACTIVE, CAPPED, THROTTLED, DELAYED, INFLIGHT, WORKERS, SLOTS, TOKENS, CLASHES, QUEUE
+local P, H, ACTIVE, CAPPED, THROTTLED, MTHROTTLED, DELAYED, INFLIGHT, WORKERS, SLOTS, TOKENS, CLASHES, QUEUE
 local HOLDS, MISSING
 -- H, one hash for everything the hot path reads and writes, so that a call
 -- reads what it needs with one HMGET (two in a release: the next key and
@@ -97,6 +97,18 @@ local function due_time(due, delay, now)
   return tonumber(due)
 end
 local function backlog(k) return P .. 'q:' .. k end
+-- Two levels (see dispatcher/__init__.py): the lane shares its slots between
+-- groups (organisations), each group what it gets between its members (the
+-- fairness keys: users). A group is named, in the tables below and in H,
+-- '@g:' .. its name, or '@k:' .. k for a key submitted without one (a group
+-- of its own: one level, exactly as before groups). Keys may not begin with
+-- '@'. `active`, `capped` and `throttled` hold groups; a group's eligible
+-- members (see `enter_members`) are its field m1 when there is one, else
+-- the sorted set members(G); its members at their cap the set
+-- capped_members(G); members out of rate tokens the lane's `mthrottled`.
+local function members(G) return P .. 'ma:' .. G end
+local function capped_members(G) return P .. 'mc:' .. G end
+local function solo(k) return '@k:' .. k end
 
 -- The per-call cache of H. Every script reads a field of H at most once,
 -- changes it in these tables, and every changed field is written with one
@@ -119,6 +131,7 @@ local function begin(keys)
   P = keys[1]
   H = P .. 'h'
   ACTIVE, CAPPED, THROTTLED = P .. 'active', P .. 'capped', P .. 'throttled'
+  MTHROTTLED = P .. 'mthrottled'
   DELAYED, INFLIGHT = P .. 'delayed', P .. 'inflight'
   WORKERS, SLOTS = P .. 'workers', P .. 'slots'
   TOKENS, CLASHES = P .. 'worker_token', P .. 'worker_clash'
@@ -140,20 +153,27 @@ end
 -- the measured worker milliseconds of every attempt that ended (a counter);
 -- ra and re, the measured and estimated costs of the jobs finished lately
 -- (each older finish weighs 1/256 less), whose ratio corrects estimates.
+-- gw and gk, the weights (millionths) and count of the groups with work.
+-- cm, how many keys wait at their own cap (in some capped_members(G)).
 local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl', 'lp', 'sq', 'aw', 'ak', 'bt', 'kb',
-                     'wc', 'fc', 'sv', 'ra', 're'}
+                     'wc', 'fc', 'sv', 'ra', 're', 'gw', 'gk', 'cm'}
 -- A fairness key's fields: vt (its virtual time), w (weight), cap, rate
 -- ("tokens_per_s:burst"), bucket ("tokens:updated_at"), n (its jobs in
 -- flight), pol (the settings "weight|cap|rate" as submit last applied them),
 -- b (the jobs waiting in its backlog, kept beside the list so that a release
 -- knows whether the key stays eligible without asking) and x (the list's
 -- stale entries: jobs that left from the middle of the backlog, which a
--- release skips when it reaches them; see `leave_backlog`).
-local KEY_FIELDS = {'vt', 'w', 'cap', 'rate', 'bucket', 'n', 'pol', 'b', 'x'}
+-- release skips when it reaches them; see `leave_backlog`); g, its group
+-- when it has a named one. A group's fields are a key's (vt, its virtual
+-- time in the lane; w, cap, rate, bucket and pol, its own settings; b and n,
+-- its members' jobs waiting and in flight) and gv (the virtual clock of its
+-- members), me (how many members are eligible), m1 (the one, when one is),
+-- mw (the weights, in millionths, of its members with work).
+local KEY_FIELDS = {'vt', 'w', 'cap', 'rate', 'bucket', 'n', 'pol', 'b', 'x', 'g', 'gv', 'me', 'm1', 'mw'}
 
--- One HMGET for whichever of the lane's numbers (`with_meta`), key k's
--- fields (k may be nil) and the job fields `jobs` (H's names) the call has
--- not read yet.
+-- One HMGET for whichever of the lane's numbers (`with_meta`), the fields
+-- of key or group k (nil, a name or a list of names) and the job fields
+-- `jobs` (H's names) the call has not read yet.
 local function prefetch(with_meta, k, jobs)
   local fields = {}
   local load_meta = with_meta and not meta
@@ -161,9 +181,13 @@ local function prefetch(with_meta, k, jobs)
     for i, f in ipairs(META_FIELDS) do fields[i] = f end
   end
   local after_meta = #fields
-  local load_key = k and not key_cache[k]
-  if load_key then
-    for _, f in ipairs(KEY_FIELDS) do fields[#fields + 1] = f .. '|' .. k end
+  local load = {}
+  for _, name in ipairs(type(k) == 'table' and k or {k}) do
+    if name and not key_cache[name] and not load[name] then
+      load[#load + 1] = name
+      load[name] = true
+      for _, f in ipairs(KEY_FIELDS) do fields[#fields + 1] = f .. '|' .. name end
+    end
   end
   local after_key = #fields
   if jobs then
@@ -177,10 +201,10 @@ local function prefetch(with_meta, k, jobs)
     meta = {}
     for i, f in ipairs(META_FIELDS) do meta[f] = raw[i] end
   end
-  if load_key then
+  for j, name in ipairs(load) do
     local info = {}
-    for i, f in ipairs(KEY_FIELDS) do info[f] = raw[after_meta + i] end
-    key_cache[k] = info
+    for i, f in ipairs(KEY_FIELDS) do info[f] = raw[after_meta + (j - 1) * #KEY_FIELDS + i] end
+    key_cache[name] = info
   end
   for i = after_key + 1, #fields do job_val[fields[i]] = raw[i] end
 end
@@ -244,10 +268,19 @@ local function in_flight_of(k) return tonumber(key(k).n) or 0 end
 local function backlog_of(k) return tonumber(key(k).b) or 0 end
 local function stale_of(k) return tonumber(key(k).x) or 0 end
 local function set_stale(k, n) kset(k, 'x', n > 0 and string.format('%d', n) or false) end
--- The jobs waiting in key k's backlog are `n` now. When none is left, the
--- list holds stale entries at most: it goes (one DEL, only then).
+local function count_field(k, field, n) kset(k, field, n > 0 and string.format('%d', n) or false) end
+-- The group key k is in (see `members`).
+local function group_of(k) return key(k).g or solo(k) end
+-- The jobs waiting in key k's backlog are `n` now (and its group's waiting
+-- jobs change as much). When none is left, the list holds stale entries at
+-- most: it goes (one DEL, only then).
 local function set_backlog(k, n)
-  kset(k, 'b', n > 0 and string.format('%d', n) or false)
+  local was = backlog_of(k)
+  count_field(k, 'b', n)
+  if n ~= was then
+    local G = group_of(k)
+    count_field(G, 'b', backlog_of(G) + math.max(0, n) - was)
+  end
   if n <= 0 and stale_of(k) > 0 then
     redis.call('DEL', backlog(k))
     set_stale(k, 0)
@@ -306,18 +339,29 @@ local function stage_changed(set, del, values, orig, suffix)
   end
 end
 
--- What key k adds to the lane's summary (see META_FIELDS) with fields b, n, w.
+-- What a key or group adds to the lane's summary (see META_FIELDS) with
+-- fields b, n, w: its weight (millionths) and 1 when it has work, its jobs
+-- waiting, and 1 when it has some.
 local function summary_of(b, n, w)
   b, n = tonumber(b) or 0, tonumber(n) or 0
   local busy = (b > 0 or n > 0) and 1 or 0
   return busy * math.floor((tonumber(w) or 1) * 1e6 + 0.5), busy, b, b > 0 and 1 or 0
 end
 
--- The summary follows the keys whose b, n or w the call changed: what each
--- adds now less what it added before. Integers (weights in millionths), so
--- that no rounding accumulates over millions of changes.
+local function add_count(values, field, delta, setter)
+  if delta ~= 0 then
+    local total = (tonumber(values[field]) or 0) + delta
+    setter(field, total ~= 0 and string.format('%d', total) or false)
+  end
+end
+
+-- The summary follows the keys and groups whose b, n or w the call
+-- changed: what each adds now less what it added before. A key's count in
+-- the lane (aw, ak, bt, kb) and in its group (mw), a group's in the lane
+-- (gw, gk). Integers (weights in millionths), so that no rounding
+-- accumulates over millions of changes.
 local function update_summary()
-  local d = {0, 0, 0, 0}
+  local d, member_weight = {0, 0, 0, 0, 0, 0}, {}
   for k, orig in pairs(key_orig) do
     if orig.b ~= nil or orig.n ~= nil or orig.w ~= nil then
       local now_ = key_cache[k]
@@ -326,16 +370,21 @@ local function update_summary()
         return now_[f]
       end
       local before, after = {summary_of(was('b'), was('n'), was('w'))}, {summary_of(now_.b, now_.n, now_.w)}
-      for i = 1, 4 do d[i] = d[i] + after[i] - before[i] end
+      if string.sub(k, 1, 1) == '@' then
+        d[5], d[6] = d[5] + after[1] - before[1], d[6] + after[2] - before[2]
+      else
+        for i = 1, 4 do d[i] = d[i] + after[i] - before[i] end
+        if after[1] ~= before[1] then
+          local G = now_.g or solo(k)
+          member_weight[G] = (member_weight[G] or 0) + after[1] - before[1]
+        end
+      end
     end
   end
-  if d[1] == 0 and d[2] == 0 and d[3] == 0 and d[4] == 0 then return end
-  for i, f in ipairs({'aw', 'ak', 'bt', 'kb'}) do
-    if d[i] ~= 0 then
-      local total = (tonumber(M()[f]) or 0) + d[i]
-      mset(f, total ~= 0 and string.format('%d', total) or false)
-    end
+  for G, delta in pairs(member_weight) do
+    add_count(key(G), 'mw', delta, function(f, v) kset(G, f, v) end)
   end
+  for i, f in ipairs({'aw', 'ak', 'bt', 'kb', 'gw', 'gk'}) do add_count(M(), f, d[i], mset) end
 end
 
 -- Writes what the call changed; every script ends with it.
@@ -399,23 +448,113 @@ local function note_due(at)
   if nd == 'none' or (nd and tonumber(nd) > at) then mset('nd', fmt(at)) end
 end
 
--- Invariant kept by every script: a key is in exactly one of active, capped
--- and throttled exactly when its backlog is not empty. `activate` is the way
--- in (submit shortcuts it when the key's backlog was empty); a
--- (re)activating key starts at max(vt, V), so time spent idle earns no credit.
-local function activate(k)
-  if backlog_of(k) == 0 or redis.call('ZSCORE', ACTIVE, k) or redis.call('SISMEMBER', CAPPED, k) == 1
-      or redis.call('ZSCORE', THROTTLED, k) then
+-- Invariants kept by every script. A key is in exactly one of its group's
+-- eligible members (m1 or members(G)), capped_members(G) and `mthrottled`
+-- exactly when its backlog is not empty. A group is in exactly one of
+-- `active`, `capped` and `throttled` exactly when it has an eligible member
+-- (me > 0); its eligible members are in m1 when there is one, in members(G)
+-- when there are more (so that a group of one member, the common case, costs
+-- no sorted set). A (re)activating key starts at max(its vt, its group's
+-- clock gv), a group at max(its vt, V): time spent idle earns no credit, at
+-- either level.
+local function eligible_count(G) return tonumber(key(G).me) or 0 end
+
+-- Key k parks at its cap in group G / leaves that parking (returns whether
+-- it was there); `cm` counts the parked keys, for the staff page.
+local function count_capped(delta)
+  local n = (tonumber(M().cm) or 0) + delta
+  mset('cm', n > 0 and string.format('%d', n) or false)
+end
+local function park_capped(G, k)
+  if redis.call('SADD', capped_members(G), k) == 1 then count_capped(1) end
+end
+local function unpark_capped(G, k)
+  local was = redis.call('SREM', capped_members(G), k) == 1
+  if was then count_capped(-1) end
+  return was
+end
+local function group_start(G) return math.max(vt_of(G), vclock()) end
+local function member_start(k, G) return math.max(vt_of(k), tonumber(key(G).gv) or 0) end
+
+-- Key k, whose backlog is not empty, becomes eligible in group G (it was
+-- not). Returns true when G entered `active` (it had no eligible member).
+local function enter_members(G, k)
+  local n = eligible_count(G)
+  count_field(G, 'me', n + 1)
+  if n == 0 then
+    kset(G, 'm1', k)
+    redis.call('ZADD', ACTIVE, fmt(group_start(G)), G)
+    return true
+  end
+  local sole = key(G).m1
+  if sole then  -- a second one: both into the sorted set
+    prefetch(false, {sole, k})
+    redis.call('ZADD', members(G), fmt(member_start(sole, G)), sole, fmt(member_start(k, G)), k)
+    kset(G, 'm1', false)
+  else
+    redis.call('ZADD', members(G), fmt(member_start(k, G)), k)
+  end
+  return false
+end
+
+-- Key k stops being eligible in group G (parked at its cap or for a
+-- token, or its backlog empty); nothing when it was not. The last one to
+-- go takes the group out of the lane's sets (`where`: the one set it is
+-- known to be in, else all three are asked); when one is left, it moves to m1.
+local function leave_members(G, k, where)
+  local n = eligible_count(G)
+  if n == 0 then return end
+  if key(G).m1 == k then
+    kset(G, 'm1', false)
+  elseif n == 1 or redis.call('ZREM', members(G), k) == 0 then
     return
   end
-  redis.call('ZADD', ACTIVE, fmt(math.max(vt_of(k), vclock())), k)
+  count_field(G, 'me', n - 1)
+  if n - 1 == 1 then
+    local rest = redis.call('ZRANGE', members(G), 0, 0)[1]
+    redis.call('DEL', members(G))
+    kset(G, 'm1', rest)
+  elseif n - 1 == 0 then
+    if where then
+      redis.call(where == CAPPED and 'SREM' or 'ZREM', where, G)
+    else
+      redis.call('ZREM', ACTIVE, G)
+      redis.call('SREM', CAPPED, G)
+      redis.call('ZREM', THROTTLED, G)
+    end
+  end
+end
+
+-- Whether key k is eligible in its group G.
+local function is_eligible(k, G)
+  return key(G).m1 == k or (eligible_count(G) >= 2 and redis.call('ZSCORE', members(G), k) ~= false)
+end
+
+-- The way in for a key with work: it becomes eligible unless it is already,
+-- or is parked at its cap or for a token (submit shortcuts it when the key's
+-- backlog was empty). Returns true when its group entered `active`.
+local function activate(k)
+  if backlog_of(k) == 0 then return false end
+  local G = group_of(k)
+  if is_eligible(k, G) or redis.call('SISMEMBER', capped_members(G), k) == 1
+      or redis.call('ZSCORE', MTHROTTLED, k) then
+    return false
+  end
+  return enter_members(G, k)
+end
+
+-- A group out of `capped` or `throttled` (its cap freed, its token due, its
+-- limits changed) is eligible again when it has an eligible member.
+local function reactivate_group(G)
+  if eligible_count(G) > 0 then redis.call('ZADD', ACTIVE, fmt(group_start(G)), G) end
 end
 
 local function untrack_if_empty(k)
   if backlog_of(k) == 0 then
-    redis.call('ZREM', ACTIVE, k)
-    redis.call('SREM', CAPPED, k)
-    redis.call('ZREM', THROTTLED, k)
+    local G = group_of(k)
+    leave_members(G, k)
+    unpark_capped(G, k)
+    redis.call('ZREM', MTHROTTLED, k)
   end
 end
 
@@ -430,28 +569,46 @@ local function leave_backlog(job)
   untrack_if_empty(k)
 end
 
--- Cost correction or refund. The key's place in `active` (if it has one:
--- XX; none when its backlog is empty) follows its new virtual time, but
--- never below V: V itself only moves forward.
+-- Cost correction or refund, `delta` in worker seconds (actual less
+-- charged), at both levels: key k's virtual time by delta / its weight,
+-- its group's by delta / the group's. Each one's place in its set, if it
+-- has one (XX), follows, never below its clock (gv, V), which only move
+-- forward. A group's only eligible member (m1) has no place to move.
 local function adjust_vt(k, delta)
-  local vt = vt_of(k) + delta
+  local G = group_of(k)
+  local vt = vt_of(k) + delta / weight(k)
   kset(k, 'vt', fmt(vt))
-  if backlog_of(k) > 0 then redis.call('ZADD', ACTIVE, 'XX', fmt(math.max(vt, vclock())), k) end
+  if backlog_of(k) > 0 and eligible_count(G) >= 2 then
+    redis.call('ZADD', members(G), 'XX', fmt(math.max(vt, tonumber(key(G).gv) or 0)), k)
+  end
+  local gvt = vt_of(G) + delta / weight(G)
+  kset(G, 'vt', fmt(gvt))
+  if eligible_count(G) > 0 then redis.call('ZADD', ACTIVE, 'XX', fmt(math.max(gvt, vclock())), G) end
 end
 
-local function set_in_flight(k, n) kset(k, 'n', string.format('%d', math.max(0, n))) end
+-- Key k has `n` jobs in flight now, and its group as many more or fewer.
+local function set_in_flight(k, n)
+  local was = in_flight_of(k)
+  n = math.max(0, n)
+  kset(k, 'n', string.format('%d', n))
+  local G = group_of(k)
+  kset(G, 'n', string.format('%d', math.max(0, in_flight_of(G) + n - was)))
+end
 
--- A released or running job stops counting against the window and its key's
--- cap. A capped key is made eligible again without checking its cap here:
--- release checks caps when it picks the key (caps may have been lowered).
--- Only a key with a cap can be in `capped` (submit lets a key out when its
--- cap is removed).
--- `left_flight` when the caller has taken it out of `inflight` itself.
+-- A released or running job stops counting against the window and its
+-- key's and group's caps. A capped key or group is made eligible again
+-- without checking its cap here: release checks caps when it picks one
+-- (caps may have been lowered). Only a key or group with a cap can be in
+-- capped_members(G) or `capped` (submit lets one out when its cap is
+-- removed). `left_flight` when the caller has taken it out of `inflight`.
 local function left_flight(job)
+  local k = job.k
   count_flight(-1)
   count_cost('fc', job, -1)
-  set_in_flight(job.k, in_flight_of(job.k) - 1)
-  if cap_of(job.k) > 0 and redis.call('SREM', CAPPED, job.k) == 1 then activate(job.k) end
+  set_in_flight(k, in_flight_of(k) - 1)
+  local G = group_of(k)
+  if cap_of(k) > 0 and unpark_capped(G, k) then enter_members(G, k) end
+  if cap_of(G) > 0 and redis.call('SREM', CAPPED, G) == 1 then reactivate_group(G) end
 end
 
 -- An attempt of `job` ended having used `actual` worker seconds (sv); a
@@ -493,9 +650,10 @@ local function drop_waiting(id, job)
   end
 end
 
--- Token bucket "tokens_per_s:burst", state "tokens:updated_at". Returns 0 when
--- a token was taken (or the key has no rate), else the seconds until one is.
-local function take_token(k, now)
+-- Token bucket "tokens_per_s:burst", state "tokens:updated_at", of a key or
+-- a group. Returns 0 when a token was taken (or it has no rate), else the
+-- seconds until one is. `peek`: only says, takes nothing.
+local function take_token(k, now, peek)
   local spec = key(k).rate
   if not spec then return 0 end
   local per_s, burst = string.match(spec, '^([^:]+):([^:]+)$')
@@ -510,9 +668,10 @@ local function take_token(k, now)
     at = math.max(a, now)
   end
   if tokens >= 1 - TOKEN_EPSILON then
-    kset(k, 'bucket', fmt(math.max(0, tokens - 1)) .. ':' .. fmt(at))
+    if not peek then kset(k, 'bucket', fmt(math.max(0, tokens - 1)) .. ':' .. fmt(at)) end
     return 0
   end
+  if peek then return (1 - tokens) / per_s end
   kset(k, 'bucket', fmt(tokens) .. ':' .. fmt(at))
   return (1 - tokens) / per_s
 end
@@ -574,7 +733,7 @@ local function at_cap(k)
   return cap > 0 and in_flight_of(k) >= cap
 end
 
--- No delayed job or throttled key is due at `now` (see `nd`).
+-- No delayed job or throttled key or group is due at `now` (see `nd`).
 local function nothing_due(now)
   local nd = M().nd
   return nd == 'none' or (nd and tonumber(nd) > now)
@@ -597,12 +756,16 @@ local function promote_due(now)
     save_job(id, job)
     activate(job.k)
   end
-  for _, k in ipairs(redis.call('ZRANGEBYSCORE', THROTTLED, '-inf', fmt(now), 'LIMIT', 0, BATCH)) do
-    redis.call('ZREM', THROTTLED, k)
+  for _, k in ipairs(redis.call('ZRANGEBYSCORE', MTHROTTLED, '-inf', fmt(now), 'LIMIT', 0, BATCH)) do
+    redis.call('ZREM', MTHROTTLED, k)
     activate(k)
   end
+  for _, G in ipairs(redis.call('ZRANGEBYSCORE', THROTTLED, '-inf', fmt(now), 'LIMIT', 0, BATCH)) do
+    redis.call('ZREM', THROTTLED, G)
+    reactivate_group(G)
+  end
   local next_due = math.huge
-  for _, set in ipairs({DELAYED, THROTTLED}) do
+  for _, set in ipairs({DELAYED, MTHROTTLED, THROTTLED}) do
     local head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
     if #head > 0 then next_due = math.min(next_due, tonumber(head[2])) end
   end
@@ -614,32 +777,41 @@ end
 -- microsecond).
 local function clock_tag(now) return string.format('%.0f', math.floor(now * 1e6)) end
 
--- A job leaves for the lane's queue: its key's virtual time moves to the
--- job's virtual finish, it counts as in flight (leased for `lease_s`), and
--- its message gets its id's suffix: the tag its submitter announced (a
--- task-sent event for Flower) on the first release of a message, then the
--- clock's, so that a message id is never pushed twice. Returns the message.
-local function send(id, k, cost, finish, payload, job_tag, now, lease_s)
-  kset(k, 'vt', fmt(finish))
+-- A job of key k in group G leaves for the lane's queue. It is charged at
+-- both levels: G starts at max(vt_G, V), V moves there and vt_G to the
+-- start plus cost / G's weight; within G, k starts at max(vt_k, gv_G), gv_G
+-- moves there and vt_k to the start plus cost / k's weight. It counts as in
+-- flight (leased for `lease_s`), and its message gets its id's suffix: the
+-- tag its submitter announced (a task-sent event for Flower) on the first
+-- release of a message, then the clock's, so that a message id is never
+-- pushed twice. Returns the message and G's new virtual time.
+local function send(id, k, G, cost, payload, job_tag, now, lease_s)
+  local g_start, k_start = group_start(G), member_start(k, G)
+  if g_start ~= vclock() then mset('V', fmt(g_start)) end
+  local g_finish = g_start + cost / weight(G)
+  kset(G, 'vt', fmt(g_finish))
+  if k_start ~= (tonumber(key(G).gv) or 0) then kset(G, 'gv', fmt(k_start)) end
+  kset(k, 'vt', fmt(k_start + cost / weight(k)))
   count_flight(1)
   count_cost('fc', {c = cost}, 1)
   redis.call('ZADD', INFLIGHT, fmt(now + lease_s), id)
   set_in_flight(k, in_flight_of(k) + 1)
   local message = replace_plain(payload, RELEASE_TAG, job_tag)
   if QUEUE then redis.call('LPUSH', QUEUE, message) end
-  return message
+  return message, g_finish
 end
 
 -- The head of key k's backlog, popped (its id and entry), with its record
--- and message read in the same HMGET as the key's fields when the call has
--- not read them yet. Stale entries on the way are dropped (see
--- `push_backlog`); nil when the list has no live one (b was wrong).
-local function pop_job(k)
+-- and message read in the same HMGET as the fields of the key and its
+-- group G when the call has not read them yet. Stale entries on the way are
+-- dropped (see `push_backlog`); nil when the list has no live one (b was
+-- wrong).
+local function pop_job(k, G)
   while true do
     local entry = redis.call('LPOP', backlog(k))
     if not entry then return nil end
     local id, g = entry_parts(entry)
-    prefetch(false, k, {record_field(id), payload_field(id)})
+    prefetch(false, {k, G}, {record_field(id), payload_field(id)})
     local raw = job_val[record_field(id)]
     if raw then
       local job = cjson.decode(raw)
@@ -649,12 +821,14 @@ local function pop_job(k)
   end
 end
 
--- Start-time fair queueing: the eligible key with the smallest virtual start
--- time goes next; its job starts at max(vt, V), V moves to that start, and the
--- key's virtual time advances by cost / weight. A key found at its cap or out
--- of rate tokens leaves `active` for `capped` / `throttled`; every such move
--- is undone by exactly one later event (a finish, a token), so the loop's
--- extra iterations are paid for once per event. Returns id, payload, id, ...
+-- Start-time fair queueing at two levels: the eligible group with the
+-- smallest virtual start time goes next, and within it the eligible key
+-- with the smallest (`send` charges both). A group found at its cap or out
+-- of rate tokens leaves `active` for `capped` / `throttled`, a key for its
+-- group's capped_members or `mthrottled` (and its group leaves `active`
+-- when it has no other eligible key); every such move is undone by exactly
+-- one later event (a finish, a token), so the loop's extra iterations are
+-- paid for once per event. Returns id, payload, id, ...
 local function release(now_arg, lease_s, default_window, headroom, limit)
   local out = {}
   -- Nothing due and a full window: nothing to release, and no clock to read.
@@ -664,39 +838,57 @@ local function release(now_arg, lease_s, default_window, headroom, limit)
   local room = room_in_window(now, default_window, headroom)
   if limit > 0 then room = math.min(room, limit) end
   if room <= 0 then return out end
-  -- V is read once and written once per call. A key's score in `active` is
-  -- never below its vt (activate, adjust_vt and this loop keep it so), so
-  -- max(score, V) is max(vt, V), the job's start, without reading vt.
-  local v0 = vclock()
-  local v = v0
   local tag = clock_tag(now)
   while room > 0 do
-    local head = redis.call('ZRANGE', ACTIVE, 0, 0, 'WITHSCORES')
-    if #head == 0 then break end
-    local k = head[1]
+    local G = redis.call('ZRANGE', ACTIVE, 0, 0)[1]
+    if not G then break end
+    -- Its next key: a group of its own's key, by its name; else its one
+    -- eligible key (m1, a field of the group) or the first of members(G).
+    local k
+    if string.sub(G, 1, 3) == '@k:' then
+      k = string.sub(G, 4)
+    else
+      k = key(G).m1 or redis.call('ZRANGE', members(G), 0, 0)[1]
+    end
     -- Its next job is popped first (stale entries on the way dropped), so
-    -- that one HMGET reads the key's fields, if the call has not yet, and
-    -- the job's record and message; it goes back to the front if the key
-    -- cannot go (at its cap, out of tokens: only keys with a cap or a rate).
-    local id, entry = pop_job(k)
-    local parked = false
-    if not id then
+    -- that one HMGET reads the key's and group's fields, if the call has
+    -- not yet, and the job's record and message; it goes back to the front
+    -- if it cannot go (a cap, no token: only where there is a cap or a rate).
+    local id, entry
+    if k then id, entry = pop_job(k, G) end
+    local parked = true
+    if not k then
+      -- No eligible key while me said there was one: the group leaves `active`, rather than stall it.
+      redis.call('ZREM', ACTIVE, G)
+      count_field(G, 'me', 0)
+      kset(G, 'm1', false)
+    elseif not id then
       -- The list ran out of live entries while b said there were some:
-      -- b is set right and the key leaves `active`, rather than stall it.
-      parked = true
+      -- b is set right and the key stops being eligible.
       set_backlog(k, 0)
       untrack_if_empty(k)
+    elseif at_cap(G) then
+      redis.call('ZREM', ACTIVE, G)
+      redis.call('SADD', CAPPED, G)
     elseif at_cap(k) then
-      parked = true
-      redis.call('ZREM', ACTIVE, k)
-      redis.call('SADD', CAPPED, k)
+      leave_members(G, k, ACTIVE)
+      park_capped(G, k)
     else
-      local wait = take_token(k, now)
+      local wait = take_token(G, now, true)
       if wait > 0 then
-        parked = true
-        redis.call('ZREM', ACTIVE, k)
-        redis.call('ZADD', THROTTLED, fmt(now + wait), k)
+        redis.call('ZREM', ACTIVE, G)
+        redis.call('ZADD', THROTTLED, fmt(now + wait), G)
         note_due(now + wait)
+      else
+        wait = take_token(k, now)
+        if wait > 0 then
+          leave_members(G, k, ACTIVE)
+          redis.call('ZADD', MTHROTTLED, fmt(now + wait), k)
+          note_due(now + wait)
+        else
+          take_token(G, now)
+          parked = false
+        end
       end
     end
     if parked then
@@ -706,72 +898,102 @@ local function release(now_arg, lease_s, default_window, headroom, limit)
       set_backlog(k, left)
       local job = cjson.decode(job_val[record_field(id)])
       count_cost('wc', job, -1)
-      local start = math.max(tonumber(head[2]), v)
-      local finish = start + job.c / weight(k)
-      v = start
-      if left > 0 then
-        redis.call('ZADD', ACTIVE, fmt(finish), k)
-      else
-        redis.call('ZREM', ACTIVE, k)
-      end
       -- The record stays as it is (see load_job): only a hand-back's mark
       -- goes, so that this release's message may start.
       if job.r then
         job.r = nil
         save_job(id, job)
       end
-      local message = send(id, k, job.c, finish, job_val[payload_field(id)], job.t or tag, now, lease_s)
+      local message, g_finish = send(id, k, G, job.c, job_val[payload_field(id)], job.t or tag, now, lease_s)
+      if left > 0 then
+        if eligible_count(G) >= 2 then redis.call('ZADD', members(G), fmt(vt_of(k)), k) end
+      else
+        leave_members(G, k, ACTIVE)
+      end
+      if eligible_count(G) > 0 then redis.call('ZADD', ACTIVE, fmt(g_finish), G) end
       out[#out + 1] = id
       out[#out + 1] = message
       room = room - 1
     end
   end
-  if v ~= v0 then mset('V', fmt(v)) end
   if #out > 0 then note_progress(now_arg) end
   return out
 end
 
 -- A job for a key with an empty backlog goes straight to the lane's queue
--- when no key is eligible and the window has room: what joining the
--- backlog, activating the key and releasing would do (it would be the only
--- eligible key, so first), without passing through the backlog and
--- `active` and reading back the job it has just stored, and most jobs of a
--- lane that keeps up arrive so. Nil, with nothing changed, when it cannot:
--- the key has a rate (its token bucket is release's to check) or is at its
--- cap, the window is full (the common case under load, told without the
--- clock when it can be), a delayed job or throttled key is due (release
--- promotes it), or another key is eligible (it may go first).
-local function release_direct(id, k, cost, payload, job_tag, now_arg, lease_s, default_window, headroom)
-  if key(k).rate or at_cap(k) then return nil end
+-- when no group is eligible and the window has room: what joining the
+-- backlog, activating the key and releasing would do (its group would be
+-- the only eligible one, and the key its only eligible key, so first),
+-- without passing through the backlog and the sets and reading back the
+-- job it has just stored, and most jobs of a lane that keeps up arrive so.
+-- Nil, with nothing changed, when it cannot: the key or its group has a
+-- rate (release checks token buckets) or is at its cap, the window is full
+-- (the common case under load, told without the clock when it can be), a
+-- delayed job or throttled key or group is due (release promotes it), or
+-- another group is eligible (it may go first).
+local function release_direct(id, k, G, cost, payload, job_tag, now_arg, lease_s, default_window, headroom)
+  if key(k).rate or at_cap(k) or key(G).rate or at_cap(G) then return nil end
   if full_without_clock(default_window, headroom) then return nil end
   local now = clock(now_arg)
   if not nothing_due(now) then return nil end
   if room_in_window(now, default_window, headroom) <= 0 then return nil end
   if redis.call('ZCARD', ACTIVE) > 0 then return nil end
-  local start = math.max(vt_of(k), vclock())
-  if start ~= vclock() then mset('V', fmt(start)) end
   note_progress(now_arg)
-  return send(id, k, cost, start + cost / weight(k), payload, job_tag or clock_tag(now), now, lease_s)
+  return (send(id, k, G, cost, payload, job_tag or clock_tag(now), now, lease_s))
 end
 
--- submit(job_id, key, cost, payload, weight, cap, rate, due, now, delay, tag): see submit.lua.
--- Returns 1 (accepted) or 0 (known already), and whether a key became
+-- A key's or group's settings as a submit gives them ('' leaves one as it
+-- is; cap and rate '0' remove a limit). A submit that repeats them (the
+-- service sends the whole policy with every job) changes nothing. New
+-- limits apply at once: one parked for its old cap or rate is let out and
+-- becomes eligible again (`wake`), and the next release checks the new
+-- ones. Returns true when `wake` made a group eligible.
+local function apply_policy(k, new_weight, new_cap, new_rate, unpark_cap, parked_rate, wake)
+  local policy = new_weight .. '|' .. new_cap .. '|' .. new_rate
+  if policy == '||' or key(k).pol == policy then return false end
+  -- Only one with a cap can be parked for it, and one with a rate for a token.
+  local may_be_parked = key(k).cap or key(k).rate
+  kset(k, 'pol', policy)
+  if new_weight ~= '' then kset(k, 'w', new_weight) end
+  if new_cap == '0' then
+    kset(k, 'cap', false)
+  elseif new_cap ~= '' then
+    kset(k, 'cap', new_cap)
+  end
+  if new_rate == '0' then
+    kset(k, 'rate', false)
+    kset(k, 'bucket', false)
+  elseif new_rate ~= '' then
+    kset(k, 'rate', new_rate)
+  end
+  if may_be_parked and (new_cap ~= '' or new_rate ~= '') then
+    local capped = unpark_cap(k)
+    if redis.call('ZREM', parked_rate, k) > 0 or capped then return wake(k) end
+  end
+  return false
+end
+
+-- submit(job_id, key, cost, payload, weight, cap, rate, group, group_weight,
+-- group_cap, group_rate, due, now, delay, tag): see submit.lua.
+-- Returns 1 (accepted) or 0 (known already), and whether a group became
 -- eligible: only then can a release that follows find anything new. Every
--- call that releases leaves the window full or no key eligible, so a job
--- joining a key that was eligible already waits for the next finish (or
+-- call that releases leaves the window full or no group eligible, so a job
+-- joining a group that was eligible already waits for the next finish (or
 -- the ticker's release, when the window grew meanwhile) like the jobs ahead
 -- of it; skipping the release then saves reading the lane's numbers and
 -- the clock. `direct`: a job for an idle key may be released at once
 -- (`release_direct`, with release_lease_s, default_window and headroom from
--- a[12] to a[14], as submit_release has them); its message is the third
--- value returned.
+-- a[16] to a[18], as submit_release has them); its message is the third
+-- value returned. A key's group is the one its submits name (none: a group
+-- of its own, whose weight is the key's); a key moves to another group only
+-- while it has no job waiting or in flight, and starts there afresh.
 local function submit(a, direct)
   local id, k, cost, payload = a[1], a[2], tonumber(a[3]), a[4]
-  local first_tag = a[11] ~= '' and a[11] or nil
-  local new_weight, new_cap, new_rate = a[5], a[6], a[7]
+  if string.sub(k, 1, 1) == '@' then error('a fairness key may not begin with @') end
+  local first_tag = a[15] ~= '' and a[15] or nil
   local now
-  if a[8] ~= '' or a[10] ~= '' then now = clock(a[9]) end
-  local due = due_time(a[8], a[10], now)
+  if a[12] ~= '' or a[14] ~= '' then now = clock(a[13]) end
+  local due = due_time(a[12], a[14], now)
   local delayed = due and due > now
   local woke = false
 
@@ -779,38 +1001,35 @@ local function submit(a, direct)
   local record = cjson.encode({k = k, c = cost, s = delayed and 'delayed' or 'held', t = first_tag})
   if redis.call('HSETNX', H, record_field(id), record) == 0 then return 0, false end
   job_val[record_field(id)] = record  -- written: not a change to write again
-  -- The key's fields and the lane's numbers in one read: a job for an idle
-  -- key wants both.
-  prefetch(true, k)
+  -- The key's and its group's fields and the lane's numbers in one read: a
+  -- job for an idle key wants all three.
+  local wanted = a[8] ~= '' and '@g:' .. a[8] or solo(k)
+  prefetch(true, {k, wanted})
+  local G = group_of(k)
+  if G ~= wanted and backlog_of(k) == 0 and in_flight_of(k) == 0 then
+    kset(k, 'g', a[8] ~= '' and wanted or false)
+    kset(k, 'vt', false)
+    G = wanted
+  end
 
-  -- A submit that repeats the key's settings (the service sends the whole
-  -- policy with every job) changes nothing.
-  local policy = new_weight .. '|' .. new_cap .. '|' .. new_rate
-  if policy ~= '||' and key(k).pol ~= policy then
-    -- Only a key with a cap can be in capped, and one with a rate in throttled.
-    local may_be_parked = key(k).cap or key(k).rate
-    kset(k, 'pol', policy)
-    if new_weight ~= '' then kset(k, 'w', new_weight) end
-    if new_cap == '0' then
-      kset(k, 'cap', false)
-    elseif new_cap ~= '' then
-      kset(k, 'cap', new_cap)
+  local function wake_key(key_name) return activate(key_name) end
+  local function wake_group(group)
+    if eligible_count(group) > 0 then
+      redis.call('ZADD', ACTIVE, fmt(group_start(group)), group)
+      return true
     end
-    if new_rate == '0' then
-      kset(k, 'rate', false)
-      kset(k, 'bucket', false)
-    elseif new_rate ~= '' then
-      kset(k, 'rate', new_rate)
-    end
-    -- New limits apply at once: a key parked for its old cap or rate becomes
-    -- eligible again, and the next release re-checks it against the new ones.
-    if may_be_parked and (new_cap ~= '' or new_rate ~= '') then
-      local parked = redis.call('SREM', CAPPED, k) + redis.call('ZREM', THROTTLED, k)
-      if parked > 0 then
-        activate(k)
-        woke = true
-      end
-    end
+    return false
+  end
+  local function unpark_key(key_name) return unpark_capped(G, key_name) end
+  local function unpark_group(group) return redis.call('SREM', CAPPED, group) == 1 end
+  woke = apply_policy(k, a[5], a[6], a[7], unpark_key, MTHROTTLED, wake_key) or woke
+  -- The settings are the named group's (whichever group k is in while it
+  -- still has work in another); a group of its own weighs what its key
+  -- does, and has no limits of its own.
+  if wanted == solo(k) then
+    woke = apply_policy(wanted, a[5], '0', '0', unpark_group, THROTTLED, wake_group) or woke
+  else
+    woke = apply_policy(wanted, a[9], a[10], a[11], unpark_group, THROTTLED, wake_group) or woke
   end
 
   jput(payload_field(id), payload)
@@ -820,8 +1039,8 @@ local function submit(a, direct)
     return 1, woke
   end
   if direct and backlog_of(k) == 0 then
-    local message = release_direct(id, k, cost, payload, first_tag, a[9], tonumber(a[12]),
-                                   tonumber(a[13]), tonumber(a[14]))
+    local message = release_direct(id, k, G, cost, payload, first_tag, a[13], tonumber(a[16]),
+                                   tonumber(a[17]), tonumber(a[18]))
     if message then
       -- Numbered as the entry it skipped would have been: the record is the
       -- same whichever way the job was released.
@@ -836,10 +1055,9 @@ local function submit(a, direct)
   local waiting = push_backlog(k, id, job, false)
   save_job(id, job)
   if waiting == 1 then
-    -- The backlog was empty, so the key was in none of active, capped and
-    -- throttled (the invariant above `activate`): it activates.
-    redis.call('ZADD', ACTIVE, fmt(math.max(vt_of(k), vclock())), k)
-    woke = true
+    -- The backlog was empty, so the key was not tracked (the invariants
+    -- above `eligible_count`): it becomes eligible.
+    woke = enter_members(G, k) or woke
   end
   return 1, woke
 end

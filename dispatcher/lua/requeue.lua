@@ -21,7 +21,7 @@ if payload and payload ~= '' then
   jput(payload_field(id), payload)
   job.t = ARGV[7] ~= '' and ARGV[7] or nil
 end
-adjust_vt(job.k, (actual - job.c) / weight(job.k))
+adjust_vt(job.k, actual - job.c)
 count_served(job, actual, false)
 leave_flight(id, job)
 if due and due > now then

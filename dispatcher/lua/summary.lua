@@ -8,7 +8,9 @@
 -- waiting_cost_s and in_flight_cost_s (estimated worker seconds), served_s
 -- (measured worker seconds of every attempt that ended: a counter) and
 -- cost_ratio (measured / estimated over the last few hundred finishes; 1
--- before any)}
+-- before any); and, a level up, busy_groups and group_active_weight (the
+-- groups with work and their weights: a key without a group is a group of
+-- its own)}
 local now = clock(ARGV[1])
 local size = window(now, tonumber(ARGV[2]), tonumber(ARGV[3]))
 local m = M()
@@ -19,4 +21,5 @@ return cjson.encode({
   window = size, eligible = redis.call('ZCARD', ACTIVE), delayed = redis.call('ZCARD', DELAYED),
   waiting_cost_s = (tonumber(m.wc) or 0) / 1000, in_flight_cost_s = (tonumber(m.fc) or 0) / 1000,
   served_s = (tonumber(m.sv) or 0) / 1000, cost_ratio = re > 0 and ra / re or 1,
+  busy_groups = tonumber(m.gk) or 0, group_active_weight = (tonumber(m.gw) or 0) / 1e6,
 })

@@ -44,13 +44,26 @@ from dispatcher.message import RELEASE_TAG
 # Few ids and keys, so duplicates, caps and contention happen in most runs.
 JOB_ID_POOL = [f"j{i}" for i in range(10)]
 JOB_IDS = st.sampled_from(JOB_ID_POOL)
+# Keys without a group (a group of their own: one level, as before groups)
+# and members of organisations o1 (weight 2, two members of weights 1 and
+# 2) and o2 (a cap of 2 and a rate for the whole organisation, one member
+# with a cap of its own). `submit_elsewhere` moves keys between groups and
+# changes settings at random.
 KEY_SETTINGS = {
     "a": {},
     "b": {"weight": 3.0},
     "c": {"cap": 2},
     "r": {"rate": (0.5, 2)},
+    "m": {"group": "o1", "group_weight": 2.0},
+    "n": {"weight": 2.0, "group": "o1", "group_weight": 2.0},
+    "p": {"cap": 1, "group": "o2", "group_cap": 2, "group_rate": (0.5, 3)},
+    "q": {"group": "o2", "group_cap": 2, "group_rate": (0.5, 3)},
 }
 KEYS = sorted(KEY_SETTINGS)
+ORGS = ["o1", "o2", "o3"]
+# Every group the lane can hold: named ones and each key's own.
+GROUPS = [f"@g:{o}" for o in ORGS] + [f"@k:{k}" for k in KEYS]
+NO_RATE = (0.0, 0.0)  # scheduler.NO_RATE_LIMIT
 HEADROOM, DEFAULT_WINDOW = 1, 2
 START_TIME = 1_000.0
 TOKEN_EPSILON = 1e-9  # lua/_lib.lua
@@ -59,6 +72,10 @@ QUEUE = "prop-celery-queue"
 # the margin between two looks at a lost message, and the processes.
 HOLD_TTL_S, HOLD_MARGIN_S = 8.0, 1.0
 TOKENS = ["w1", "w2"]
+
+
+def solo(key: str) -> str:
+    return "@k:" + key
 
 
 def payload_of(job_id: str, label: str, now: float) -> str:
@@ -91,9 +108,14 @@ class Job:
 class Model:
     """The scheduler's state and rules, mirroring lua/_lib.lua and each script.
 
+    Two levels: groups (named organisations "@g:<name>", and "@k:<key>" for
+    a key without one) share the lane, keys share their group. Settings,
+    counts, virtual times and token buckets are kept per name, keys and
+    groups alike, as the Lua keeps them in one hash.
+
     Floating point agrees exactly: the Lua computes in doubles and writes
     numbers with %.17g, which round-trips, and Python's floats are doubles.
-    Sorted-set ties break by member name in Redis, and by key name here.
+    Sorted-set ties break by member name in Redis, and by name here.
     """
 
     release_lease_s: float
@@ -101,25 +123,32 @@ class Model:
     jobs: dict[str, Job] = field(default_factory=dict)
     # Each key's list as Redis holds it: (job, entry number), stale entries
     # included (jobs that left from the middle); `waiting` counts the live
-    # ones (b), `stale` the others (x), and `sq` numbers every entry pushed.
+    # ones (b; a group's: its keys'), `stale` the others (x), and `sq`
+    # numbers every entry pushed.
     backlogs: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     waiting: dict[str, int] = field(default_factory=dict)
     stale: dict[str, int] = field(default_factory=dict)
     sq: int = 0
-    active: dict[str, float] = field(default_factory=dict)  # key -> virtual start time
-    capped: set[str] = field(default_factory=set)
-    throttled: dict[str, float] = field(default_factory=dict)  # key -> when a token is due
+    group: dict[str, str] = field(default_factory=dict)  # key -> its named group ("@g:o1"); absent: its own
+    active: dict[str, float] = field(default_factory=dict)  # group -> virtual start time
+    capped: set[str] = field(default_factory=set)  # groups at their cap
+    throttled: dict[str, float] = field(default_factory=dict)  # group -> when its token is due
+    m1: dict[str, str] = field(default_factory=dict)  # group -> its one eligible key
+    ma: dict[str, dict[str, float]] = field(default_factory=dict)  # group -> eligible keys (2 or more) -> start
+    capped_members: dict[str, set[str]] = field(default_factory=dict)  # group -> its keys at their cap
+    mthrottled: dict[str, float] = field(default_factory=dict)  # key -> when its token is due
+    gv: dict[str, float] = field(default_factory=dict)  # group -> its members' virtual clock
     delayed: dict[str, float] = field(default_factory=dict)  # job -> due
     inflight: dict[str, float] = field(default_factory=dict)  # job -> lease deadline
-    inflight_n: dict[str, int] = field(default_factory=dict)
-    vt: dict[str, float] = field(default_factory=dict)
+    inflight_n: dict[str, int] = field(default_factory=dict)  # key or group -> jobs in flight
+    vt: dict[str, float] = field(default_factory=dict)  # key or group
     V: float = 0.0
     weight: dict[str, float] = field(default_factory=dict)
     cap: dict[str, int] = field(default_factory=dict)
     rate: dict[str, tuple[float, float]] = field(default_factory=dict)
-    bucket: dict[str, tuple[float, float]] = field(default_factory=dict)  # key -> (tokens, updated at)
+    bucket: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (tokens, updated at)
     workers: dict[str, tuple[int, float]] = field(default_factory=dict)  # name -> (slots, expires at)
-    policy: dict[str, tuple] = field(default_factory=dict)  # key -> the (weight, cap, rate) last applied
+    policy: dict[str, tuple] = field(default_factory=dict)  # name -> the (weight, cap, rate) last applied
     pushed: list[tuple[str, str]] = field(default_factory=list)  # (job, message) pushed to the queue, in order
     queue: list[str] = field(default_factory=list)  # messages in the queue, oldest (next taken) first
     holds: dict[str, tuple[float, list[str]]] = field(default_factory=dict)  # process -> (reported at, job ids)
@@ -128,8 +157,15 @@ class Model:
     progress_at: float | None = None  # lp: the last release, start, heartbeat or finish
     served_ms: int = 0  # sv: the measured worker time of every attempt that ended
     recent: tuple[float, float] = (0.0, 0.0)  # ra, re: measured and estimated, the last finishes weighing most
+    woke: bool = False  # whether the last submit made a group eligible
 
     # --- _lib.lua --------------------------------------------------------------
+
+    def group_of(self, key: str) -> str:
+        return self.group.get(key) or solo(key)
+
+    def w(self, name: str) -> float:
+        return self.weight.get(name, 1.0)
 
     def raw(self, key: str) -> list[tuple[str, int]]:
         return self.backlogs.setdefault(key, [])
@@ -142,20 +178,31 @@ class Model:
         """The jobs waiting in the key's backlog, in order."""
         return [job_id for job_id, g in self.raw(key) if self.live(job_id, g)]
 
-    def set_waiting(self, key: str, n: int) -> None:
+    def count(self, counts: dict[str, int], name: str, n: int) -> None:
         if n > 0:
-            self.waiting[key] = n
-            return
-        self.waiting.pop(key, None)
-        if self.stale.get(key, 0) > 0:  # only stale entries are left: the list goes
+            counts[name] = n
+        else:
+            counts.pop(name, None)
+
+    def set_waiting(self, key: str, n: int) -> None:
+        was = self.waiting.get(key, 0)
+        self.count(self.waiting, key, n)
+        if n != was:
+            g = self.group_of(key)
+            self.count(self.waiting, g, self.waiting.get(g, 0) + max(0, n) - was)
+        if n <= 0 and self.stale.get(key, 0) > 0:  # only stale entries are left: the list goes
             self.backlogs[key] = []
             self.stale.pop(key)
 
     def set_stale(self, key: str, n: int) -> None:
-        if n > 0:
-            self.stale[key] = n
-        else:
-            self.stale.pop(key, None)
+        self.count(self.stale, key, n)
+
+    def set_in_flight(self, key: str, n: int) -> None:
+        was = self.inflight_n.get(key, 0)
+        n = max(0, n)
+        self.count(self.inflight_n, key, n)
+        g = self.group_of(key)
+        self.count(self.inflight_n, g, max(0, self.inflight_n.get(g, 0) + n - was))
 
     def push(self, key: str, job_id: str, front: bool) -> None:
         self.sq += 1
@@ -178,34 +225,101 @@ class Model:
             self.set_stale(key, self.stale.get(key, 0) - 1)
         return None
 
-    def tracked(self, key: str) -> bool:
-        return key in self.active or key in self.capped or key in self.throttled
+    def eligible_count(self, g: str) -> int:
+        return 1 if g in self.m1 else len(self.ma.get(g, {}))
 
-    def activate(self, key: str) -> None:
-        if self.tracked(key) or not self.waiting.get(key):
+    def group_start(self, g: str) -> float:
+        return max(self.vt.get(g, 0.0), self.V)
+
+    def member_start(self, key: str, g: str) -> float:
+        return max(self.vt.get(key, 0.0), self.gv.get(g, 0.0))
+
+    def untrack_group(self, g: str) -> None:
+        self.active.pop(g, None)
+        self.capped.discard(g)
+        self.throttled.pop(g, None)
+
+    def enter_members(self, g: str, key: str) -> bool:
+        n = self.eligible_count(g)
+        if n == 0:
+            self.m1[g] = key
+            self.active[g] = self.group_start(g)
+            return True
+        if g in self.m1:  # a second one: both into the sorted set
+            sole = self.m1.pop(g)
+            self.ma[g] = {sole: self.member_start(sole, g)}
+        self.ma[g][key] = self.member_start(key, g)
+        return False
+
+    def leave_members(self, g: str, key: str) -> None:
+        n = self.eligible_count(g)
+        if n == 0:
             return
-        self.active[key] = max(self.vt.get(key, 0.0), self.V)
+        if self.m1.get(g) == key:
+            del self.m1[g]
+        elif n == 1 or key not in self.ma.get(g, {}):
+            return
+        else:
+            del self.ma[g][key]
+        if n - 1 == 1:
+            members = self.ma.pop(g)
+            self.m1[g] = min(members, key=lambda k: (members[k], k))
+        elif n - 1 == 0:
+            self.ma.pop(g, None)
+            self.untrack_group(g)
+
+    def is_eligible(self, key: str, g: str) -> bool:
+        return self.m1.get(g) == key or key in self.ma.get(g, {})
+
+    def parked(self, key: str) -> bool:
+        return key in self.capped_members.get(self.group_of(key), set()) or key in self.mthrottled
+
+    def activate(self, key: str) -> bool:
+        if not self.waiting.get(key):
+            return False
+        g = self.group_of(key)
+        if self.is_eligible(key, g) or self.parked(key):
+            return False
+        return self.enter_members(g, key)
+
+    def reactivate_group(self, g: str) -> None:
+        if self.eligible_count(g) > 0:
+            self.active[g] = self.group_start(g)
+
+    def unpark_capped(self, g: str, key: str) -> bool:
+        members = self.capped_members.get(g, set())
+        was = key in members
+        members.discard(key)
+        if not members:
+            self.capped_members.pop(g, None)
+        return was
 
     def untrack_if_empty(self, key: str) -> None:
         if not self.waiting.get(key):
-            self.active.pop(key, None)
-            self.capped.discard(key)
-            self.throttled.pop(key, None)
+            g = self.group_of(key)
+            self.leave_members(g, key)
+            self.unpark_capped(g, key)
+            self.mthrottled.pop(key, None)
 
     def adjust_vt(self, key: str, delta: float) -> None:
-        self.vt[key] = self.vt.get(key, 0.0) + delta
-        if key in self.active:
-            self.active[key] = max(self.vt[key], self.V)
+        g = self.group_of(key)
+        self.vt[key] = self.vt.get(key, 0.0) + delta / self.w(key)
+        if self.waiting.get(key, 0) > 0 and key in self.ma.get(g, {}):
+            self.ma[g][key] = max(self.vt[key], self.gv.get(g, 0.0))
+        self.vt[g] = self.vt.get(g, 0.0) + delta / self.w(g)
+        if g in self.active:
+            self.active[g] = max(self.vt[g], self.V)
 
     def leave_flight(self, job_id: str) -> None:
         key = self.jobs[job_id].key
         del self.inflight[job_id]
-        self.inflight_n[key] -= 1
-        if self.inflight_n[key] <= 0:
-            del self.inflight_n[key]
-        if key in self.capped:
-            self.capped.discard(key)
-            self.activate(key)
+        self.set_in_flight(key, self.inflight_n.get(key, 0) - 1)
+        g = self.group_of(key)
+        if self.cap.get(key, 0) > 0 and self.unpark_capped(g, key):
+            self.enter_members(g, key)
+        if self.cap.get(g, 0) > 0 and g in self.capped:
+            self.capped.discard(g)
+            self.reactivate_group(g)
 
     def put_back(self, job_id: str) -> None:
         job = self.jobs[job_id]
@@ -220,20 +334,25 @@ class Model:
         else:
             self.leave(job.key)
 
-    def take_token(self, key: str, now: float) -> float:
-        if key not in self.rate:
+    def take_token(self, name: str, now: float, peek: bool = False) -> float:
+        if name not in self.rate:
             return 0.0
-        per_s, burst = self.rate[key]
+        per_s, burst = self.rate[name]
         tokens, at = burst, now
-        if key in self.bucket:
-            t, a = self.bucket[key]
+        if name in self.bucket:
+            t, a = self.bucket[name]
             tokens = min(burst, t + max(0.0, now - a) * per_s)
             at = max(a, now)
         if tokens >= 1 - TOKEN_EPSILON:
-            self.bucket[key] = (max(0.0, tokens - 1), at)
+            if not peek:
+                self.bucket[name] = (max(0.0, tokens - 1), at)
             return 0.0
-        self.bucket[key] = (tokens, at)
+        if not peek:
+            self.bucket[name] = (tokens, at)
         return (1 - tokens) / per_s
+
+    def at_cap(self, name: str) -> bool:
+        return self.cap.get(name, 0) > 0 and self.inflight_n.get(name, 0) >= self.cap[name]
 
     def window(self, now: float) -> int:
         live = [slots for slots, expires in self.workers.values() if expires > now]
@@ -250,10 +369,14 @@ class Model:
             job.state = "held"
             self.push(job.key, job_id, front=front)
             self.activate(job.key)
-        for key in sorted((k for k, ready in self.throttled.items() if ready <= now),
-                          key=lambda k: (self.throttled[k], k)):
-            del self.throttled[key]
+        for key in sorted((k for k, ready in self.mthrottled.items() if ready <= now),
+                          key=lambda k: (self.mthrottled[k], k)):
+            del self.mthrottled[key]
             self.activate(key)
+        for g in sorted((g for g, ready in self.throttled.items() if ready <= now),
+                        key=lambda g: (self.throttled[g], g)):
+            del self.throttled[g]
+            self.reactivate_group(g)
 
     def release(self, now: float, limit: int = 0) -> list[str]:
         self.promote_due(now)
@@ -263,35 +386,53 @@ class Model:
             room = min(room, limit)
         tag = str(math.floor(now * 1e6))
         while room > 0 and self.active:
-            key = min(self.active, key=lambda k: (self.active[k], k))
+            g = min(self.active, key=lambda x: (self.active[x], x))
+            if g.startswith("@k:"):
+                key = g[3:]
+            elif g in self.m1:
+                key = self.m1[g]
+            else:
+                members = self.ma[g]
+                key = min(members, key=lambda k: (members[k], k))
             entry = self.pop(key)  # first, stale entries on the way dropped
             if entry is None:  # no live entry though `waiting` said so: set right
                 self.set_waiting(key, 0)
                 self.untrack_if_empty(key)
                 continue
-            if self.cap.get(key, 0) > 0 and self.inflight_n.get(key, 0) >= self.cap[key]:
-                del self.active[key]
-                self.capped.add(key)
+            if self.at_cap(g):
+                del self.active[g]
+                self.capped.add(g)
+                self.raw(key).insert(0, entry)
+                continue
+            if self.at_cap(key):
+                self.leave_members(g, key)
+                self.capped_members.setdefault(g, set()).add(key)
+                self.raw(key).insert(0, entry)
+                continue
+            wait = self.take_token(g, now, peek=True)
+            if wait > 0:
+                del self.active[g]
+                self.throttled[g] = now + wait
                 self.raw(key).insert(0, entry)
                 continue
             wait = self.take_token(key, now)
             if wait > 0:
-                del self.active[key]
-                self.throttled[key] = now + wait
+                self.leave_members(g, key)
+                self.mthrottled[key] = now + wait
                 self.raw(key).insert(0, entry)
                 continue
+            self.take_token(g, now)
             job_id = entry[0]
             self.set_waiting(key, self.waiting[key] - 1)
             job = self.jobs[job_id]
-            start = max(self.vt.get(key, 0.0), self.V)
-            finish = start + job.cost / self.weight.get(key, 1.0)
-            self.V, self.vt[key] = start, finish
+            g_finish = self.send(job_id, key, g, job.cost, now)
             if self.waiting.get(key):
-                self.active[key] = finish
+                if self.eligible_count(g) >= 2:
+                    self.ma[g][key] = self.vt[key]
             else:
-                del self.active[key]
-            self.inflight[job_id] = now + self.release_lease_s
-            self.inflight_n[key] = self.inflight_n.get(key, 0) + 1
+                self.leave_members(g, key)
+            if self.eligible_count(g) > 0:
+                self.active[g] = g_finish
             job.state, job.handed_back = "released", False
             self.pushed.append((job_id, job.payload.replace(RELEASE_TAG, job.tag or tag)))
             self.queue.append(self.pushed[-1][1])
@@ -302,43 +443,89 @@ class Model:
             self.progress_at = now
         return out
 
+    def send(self, job_id: str, key: str, g: str, cost: float, now: float) -> float:
+        """Charged at both levels: the group in the lane, the key in its group."""
+        g_start, k_start = self.group_start(g), self.member_start(key, g)
+        self.V = g_start
+        g_finish = g_start + cost / self.w(g)
+        self.vt[g] = g_finish
+        if k_start != self.gv.get(g, 0.0):
+            self.gv[g] = k_start
+        self.vt[key] = k_start + cost / self.w(key)
+        self.inflight[job_id] = now + self.release_lease_s
+        self.set_in_flight(key, self.inflight_n.get(key, 0) + 1)
+        return g_finish
+
     # --- one method per script ---------------------------------------------------
 
     def submit(self, job_id: str, key: str, cost: float, payload: str, due: float | None, now: float,
                weight: float | None = None, cap: int | None = None,
-               rate: tuple[float, float] | None = None, tag: str = "") -> bool:
+               rate: tuple[float, float] | None = None, tag: str = "", group: str | None = None,
+               group_weight: float | None = None, group_cap: int | None = None,
+               group_rate: tuple[float, float] | None = None) -> bool:
+        self.woke = False
         if job_id in self.jobs:
             return False
-        policy = (weight, cap, rate)
-        if policy != (None, None, None) and self.policy.get(key) != policy:  # settings a submit repeats: nothing
-            self.policy[key] = policy
-            self.apply_policy(key, weight, cap, rate)
+        wanted = f"@g:{group}" if group else solo(key)
+        g = self.group_of(key)
+        if g != wanted and not self.waiting.get(key) and not self.inflight_n.get(key):
+            # An idle key moves to the group its submit names, and starts there afresh.
+            if group:
+                self.group[key] = wanted
+            else:
+                self.group.pop(key, None)
+            self.vt.pop(key, None)
+            g = wanted
+        woke = self.apply_policy(key, (weight, cap, rate))
+        # A group of its own weighs what its key does and has no limits.
+        woke = self.apply_policy(wanted, (group_weight, group_cap, group_rate) if group else
+                                 (weight, 0, NO_RATE)) or woke
         if due is not None and due > now:
             self.jobs[job_id] = Job(key, cost, "delayed", payload, tag=tag or None)
             self.delayed[job_id] = due
         else:
             self.jobs[job_id] = Job(key, cost, "held", payload, tag=tag or None)
             self.push(key, job_id, front=False)
-            self.activate(key)
+            if self.waiting[key] == 1:
+                woke = self.enter_members(g, key) or woke
+        self.woke = woke
         return True
 
-    def apply_policy(self, key: str, weight: float | None, cap: int | None,
-                     rate: tuple[float, float] | None) -> None:
+    def apply_policy(self, name: str, policy: tuple) -> bool:
+        """A key's or group's settings as a submit gives them (None: as they
+        are); returns whether un-parking made a group eligible."""
+        if policy == (None, None, None) or self.policy.get(name) == policy:  # settings repeated: nothing
+            return False
+        weight, cap, rate = policy
+        may_be_parked = name in self.cap or name in self.rate
+        self.policy[name] = policy
         if weight is not None:
-            self.weight[key] = weight
+            self.weight[name] = weight
         if cap is not None:
             if cap == 0:
-                self.cap.pop(key, None)
+                self.cap.pop(name, None)
             else:
-                self.cap[key] = cap
+                self.cap[name] = cap
         if rate is not None:
-            self.rate[key] = rate
-        if cap is not None or rate is not None:  # new limits apply at once: un-park the key
-            parked = key in self.capped or key in self.throttled
-            self.capped.discard(key)
-            self.throttled.pop(key, None)
-            if parked:
-                self.activate(key)
+            if rate == NO_RATE:
+                self.rate.pop(name, None)
+                self.bucket.pop(name, None)
+            else:
+                self.rate[name] = rate
+        if not (may_be_parked and (cap is not None or rate is not None)):
+            return False
+        # New limits apply at once: one parked for its old ones is let out.
+        if name.startswith("@"):
+            parked = name in self.capped or name in self.throttled
+            self.capped.discard(name)
+            self.throttled.pop(name, None)
+            if parked and self.eligible_count(name) > 0:
+                self.active[name] = self.group_start(name)
+                return True
+            return False
+        capped = self.unpark_capped(self.group_of(name), name)
+        throttled = self.mthrottled.pop(name, None) is not None
+        return (capped or throttled) and self.activate(name)
 
     def start(self, job_id: str, now: float) -> bool:
         job = self.jobs.get(job_id)
@@ -346,7 +533,7 @@ class Model:
             return False
         if job.state == "held":  # reaped while its message was on its way: it runs now
             self.leave(job.key)
-            self.inflight_n[job.key] = self.inflight_n.get(job.key, 0) + 1
+            self.set_in_flight(job.key, self.inflight_n.get(job.key, 0) + 1)
         self.inflight[job_id] = now + self.run_lease_s
         job.state = "running"
         self.progress_at = now
@@ -369,7 +556,7 @@ class Model:
         if job is not None:
             if ran:
                 if actual is not None:
-                    self.adjust_vt(job.key, (actual - job.cost) / self.weight.get(job.key, 1.0))
+                    self.adjust_vt(job.key, actual - job.cost)
                     self.count_served(job, actual, finished=True)
                 self.leave_flight(job_id)
             else:
@@ -388,7 +575,7 @@ class Model:
         job.tag = job.spent_tag = None  # the scripts drop the record's tag: spent or not, it is not reused
         if payload:
             job.payload, job.tag = payload, tag or None
-        self.adjust_vt(job.key, (actual - job.cost) / self.weight.get(job.key, 1.0))
+        self.adjust_vt(job.key, actual - job.cost)
         self.count_served(job, actual, finished=False)
         self.leave_flight(job_id)
         if due is not None and due > now:
@@ -460,7 +647,7 @@ class Model:
         self.workers[name] = (slots, now + ttl_s)
 
     def next_wakeup_in(self, now: float) -> float | None:
-        heads = [min(d.values()) for d in (self.delayed, self.throttled, self.inflight) if d]
+        heads = [min(d.values()) for d in (self.delayed, self.throttled, self.mthrottled, self.inflight) if d]
         return max(0.0, min(heads) - now) if heads else None
 
 
@@ -485,12 +672,13 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert [job_id for job_id, _ in released] == expected
         assert released == (self.model.pushed[-len(expected):] if expected else [])
         assert len(self.model.inflight) <= max(window, in_flight_before)
-        for key, cap in self.model.cap.items():
-            released_here = sum(self.model.jobs[j].key == key for j in expected)
+        m = self.model
+        for name, cap in m.cap.items():
+            released_here = sum(name in (m.jobs[j].key, m.group_of(m.jobs[j].key)) for j in expected)
             if released_here:
-                assert self.model.inflight_n.get(key, 0) <= cap, f"key {key} released past its cap"
-        if conserving and not limit:  # work conservation: a free slot remains only if no key is eligible
-            assert len(self.model.inflight) >= window or not self.model.active
+                assert m.inflight_n.get(name, 0) <= cap, f"{name} released past its cap"
+        if conserving and not limit:  # work conservation: a free slot remains only if no group is eligible
+            assert len(m.inflight) >= window or not m.active
 
     def release_and_check(self, call, model_call, *, limit: int = 0) -> None:
         """Run a releasing operation on both; compare what each released."""
@@ -531,14 +719,38 @@ class SchedulerMachine(RuleBasedStateMachine):
         accepted, released = self.sched.submit_and_release(job_id, key, cost=cost, payload=payload, now=self.now,
                                                             tag=tag, **KEY_SETTINGS[key])
         window, before = self.model.window(self.now), len(self.model.inflight)
-        was_eligible = key in self.model.active
         assert accepted == self.model.submit(job_id, key, cost, payload, None, self.now, tag=tag,
                                              **KEY_SETTINGS[key])
-        # It releases only when the submit made its key eligible: otherwise
+        # It releases only when the submit made a group eligible: otherwise
         # the window was full or nothing was eligible after the last release,
         # unless a plain submit, a registration or a reap left room, which
         # the ticker's release fills (the `release` rule here).
-        woke = not was_eligible and key in self.model.active
+        woke = self.model.woke
+        self.check_released(released, self.model.release(self.now) if woke else [], window=window,
+                            in_flight_before=before, conserving=woke)
+
+    @rule(job_id=JOB_IDS, key=st.sampled_from(KEYS), group=st.sampled_from([None, *ORGS]),
+          weight=st.sampled_from([None, 1.0, 2.5]), cap=st.sampled_from([None, 0, 1, 3]),
+          rate=st.sampled_from([None, NO_RATE, (1.0, 1), (0.25, 2)]),
+          group_weight=st.sampled_from([None, 0.5, 4.0]), group_cap=st.sampled_from([None, 0, 1, 2]),
+          group_rate=st.sampled_from([None, NO_RATE, (1.0, 2)]), release=st.booleans())
+    def submit_elsewhere(self, job_id, key, group, weight, cap, rate, group_weight, group_cap, group_rate,
+                         release):
+        """A key submits with other settings or in another organisation (a
+        plan changed, a user moved): it moves only while idle, and new
+        limits let parked keys and groups out."""
+        payload = payload_of(job_id, "payload", self.now)
+        settings = {"weight": weight, "cap": cap, "rate": rate, "group": group}
+        if group:
+            settings.update(group_weight=group_weight, group_cap=group_cap, group_rate=group_rate)
+        window, before = self.model.window(self.now), len(self.model.inflight)
+        if release:
+            accepted, released = self.sched.submit_and_release(job_id, key, payload=payload, now=self.now,
+                                                                **settings)
+        else:
+            accepted, released = self.sched.submit(job_id, key, payload=payload, now=self.now, **settings), []
+        assert accepted == self.model.submit(job_id, key, 1.0, payload, None, self.now, **settings)
+        woke = release and self.model.woke
         self.check_released(released, self.model.release(self.now) if woke else [], window=window,
                             in_flight_before=before, conserving=woke)
 
@@ -657,31 +869,47 @@ class SchedulerMachine(RuleBasedStateMachine):
         text = lambda b: b.decode() if isinstance(b, bytes) else b  # noqa: E731
         pipe = self.client.pipeline(transaction=True)
         pipe.hgetall(p + "h")
-        for name in ("active", "throttled", "delayed", "inflight"):
+        for name in ("active", "throttled", "mthrottled", "delayed", "inflight"):
             pipe.zrange(p + name, 0, -1, withscores=True)
         pipe.smembers(p + "capped")
         pipe.lrange(QUEUE, 0, -1)
         for key in KEYS:
             pipe.lrange(p + "q:" + key, 0, -1)
-        h, active, throttled, delayed, inflight, capped, queue, *backlogs = pipe.execute()
-        # One hash (lua/_lib.lua, H): "<field>|<key or job id>", and the lane's numbers without a "|".
+        for g in GROUPS:
+            pipe.zrange(p + "ma:" + g, 0, -1, withscores=True)
+            pipe.smembers(p + "mc:" + g)
+        h, active, throttled, mthrottled, delayed, inflight, capped, queue, *rest = pipe.execute()
+        backlogs, per_group = rest[:len(KEYS)], rest[len(KEYS):]
+        ma = dict(zip(GROUPS, per_group[0::2]))
+        mc = dict(zip(GROUPS, per_group[1::2]))
+        names = [*KEYS, *GROUPS]
+        # One hash (lua/_lib.lua, H): "<field>|<key, group or job id>", and the lane's numbers without a "|".
         fields = {tuple(text(f).split("|", 1)) if "|" in text(f) else (text(f),): text(x) for f, x in h.items()}
-        per_key = {key: {f[0]: x for f, x in fields.items() if f[1:] == (key,) and f[0] not in ("j", "p")}
-                   for key in KEYS}
+        per_name = {n: {f[0]: x for f, x in fields.items() if f[1:] == (n,) and f[0] not in ("j", "p")}
+                    for n in names}
         jobs = {f"{f[0]}{f[1]}": x for f, x in fields.items() if f[0] in ("j", "p") and len(f) == 2}
         v, in_flight_count = fields.get(("V",)), fields.get(("fl",))
-        # The lane's summary (update_summary), kept by every call, is what a scan would find.
+        # The lane's summary (update_summary), kept by every call, is what a
+        # scan would find: keys (aw, ak, bt, kb), groups (gw, gk), each
+        # group's keys (mw), the keys at their cap (cm).
+        millionths = lambda n: math.floor(m.w(n) * 1e6 + 0.5)  # noqa: E731
         busy = [k for k in KEYS if m.waiting.get(k) or m.inflight_n.get(k)]
-        expected = {"aw": sum(math.floor(m.weight.get(k, 1.0) * 1e6 + 0.5) for k in busy), "ak": len(busy),
-                    "bt": sum(m.waiting.values()), "kb": len(m.waiting)}
+        busy_groups = [g for g in GROUPS if m.waiting.get(g) or m.inflight_n.get(g)]
+        expected = {"aw": sum(millionths(k) for k in busy), "ak": len(busy),
+                    "bt": sum(m.waiting.get(k, 0) for k in KEYS), "kb": sum(1 for k in KEYS if m.waiting.get(k)),
+                    "gw": sum(millionths(g) for g in busy_groups), "gk": len(busy_groups),
+                    "cm": sum(len(c) for c in m.capped_members.values())}
         assert {f: int(fields.get((f,), 0)) for f in expected} == expected
+        assert {g: int(per_name[g].get("mw", 0)) for g in GROUPS} == {
+            g: sum(millionths(k) for k in busy if m.group_of(k) == g) for g in GROUPS}
         # The work (count_cost, count_served): estimated milliseconds waiting
         # and in flight, measured ones served, the recent ratio's sums.
         ms = lambda job_ids: sum(math.floor(m.jobs[j].cost * 1000 + 0.5) for j in job_ids)  # noqa: E731
         work = {"wc": ms(j for key in KEYS for j in m.backlog(key)), "fc": ms(m.inflight), "sv": m.served_ms}
         assert {f: int(fields.get((f,), 0)) for f in work} == work
         assert (float(fields.get(("ra",), 0)), float(fields.get(("re",), 0))) == pytest.approx(m.recent, rel=1e-12)
-        assert not {f for f in fields if len(f) == 2 and f[1] not in KEYS and f[0] not in ("j", "p")}, "a stray field"
+        assert not {f for f in fields if len(f) == 2 and f[1] not in names and f[0] not in ("j", "p")}, \
+            "a stray field"
         scored = lambda pairs: {text(member): score for member, score in pairs}  # noqa: E731
 
         records = {text(f)[1:]: json.loads(raw) for f, raw in jobs.items() if text(f).startswith("j")}
@@ -697,18 +925,34 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert {key: list(map(text, q)) for key, q in zip(KEYS, backlogs)} == {
             key: [f"{i}|{g}" for i, g in m.raw(key)] for key in KEYS}
         # The waiting jobs counted beside each list are its live entries (a
-        # job counted once whatever stale entries it has), the rest are stale.
-        assert {k: int(f["b"]) for k, f in per_key.items() if "b" in f} == m.waiting == {
+        # job counted once whatever stale entries it has), the rest are
+        # stale; a group's are its keys'.
+        assert {n: int(f["b"]) for n, f in per_name.items() if "b" in f} == m.waiting
+        assert {k: m.waiting[k] for k in KEYS if k in m.waiting} == {
             key: len(m.backlog(key)) for key in KEYS if m.backlog(key)}
-        assert {k: int(f["x"]) for k, f in per_key.items() if "x" in f} == m.stale
+        assert {g: m.waiting[g] for g in GROUPS if g in m.waiting} == {
+            g: n for g in GROUPS if (n := sum(len(m.backlog(k)) for k in KEYS if m.group_of(k) == g))}
+        assert {k: int(f["x"]) for k, f in per_name.items() if "x" in f} == m.stale
         assert all(m.stale.get(key, 0) == len(m.raw(key)) - len(m.backlog(key)) for key in KEYS)
         assert scored(active) == m.active
-        assert {text(k) for k in capped} == m.capped
+        assert {text(g) for g in capped} == m.capped
         assert scored(throttled) == m.throttled
+        assert scored(mthrottled) == m.mthrottled
         assert scored(delayed) == m.delayed
         assert scored(inflight) == m.inflight
-        assert {k: int(f["n"]) for k, f in per_key.items() if int(f.get("n", 0))} == m.inflight_n
-        assert {k: float(f["vt"]) for k, f in per_key.items() if "vt" in f} == {k: x for k, x in m.vt.items()}
+        # A group's eligible keys: its field m1 when there is one, the sorted
+        # set ma:<group> when there are more (never both, never one in the set).
+        assert {g: text(f["m1"]) for g, f in per_name.items() if "m1" in f} == m.m1
+        assert {g: scored(ma[g]) for g in GROUPS if ma[g]} == {g: x for g, x in m.ma.items() if x}
+        assert all(len(x) >= 2 for x in m.ma.values()) and not set(m.ma) & set(m.m1)
+        assert {g: int(f["me"]) for g, f in per_name.items() if "me" in f} == {
+            g: n for g in GROUPS if (n := m.eligible_count(g))}
+        assert {g: {text(k) for k in mc[g]} for g in GROUPS if mc[g]} == {
+            g: x for g, x in m.capped_members.items() if x}
+        assert {k: text(f["g"]) for k, f in per_name.items() if "g" in f} == m.group
+        assert {g: float(f["gv"]) for g, f in per_name.items() if "gv" in f} == m.gv
+        assert {n: int(f["n"]) for n, f in per_name.items() if int(f.get("n", 0))} == m.inflight_n
+        assert {n: float(f["vt"]) for n, f in per_name.items() if "vt" in f} == m.vt
         assert float(v or 0) == m.V
         # The lane's count of jobs in flight, which sizes the window, is exact.
         assert in_flight_count is None or int(in_flight_count) == len(inflight)
@@ -719,19 +963,22 @@ class SchedulerMachine(RuleBasedStateMachine):
             t: (at, ids) for t, (at, ids) in m.holds.items()}
         missing = {text(j): tuple(map(float, text(x).split())) for j, x in self.client.hgetall(p + "missing").items()}
         assert missing == m.missing
-        assert {k: tuple(map(float, f["bucket"].split(":"))) for k, f in per_key.items() if "bucket" in f} == m.bucket
+        assert {n: tuple(map(float, f["bucket"].split(":"))) for n, f in per_name.items() if "bucket" in f} == m.bucket
 
         # Contract checks that do not rely on the model being right.
         places = [*m.delayed, *m.inflight, *(j for key in KEYS for j in m.backlog(key))]
         assert sorted(places) == sorted(m.jobs), "a job in no place or in two"
         for key in KEYS:
-            assert (key in m.active) + (key in m.capped) + (key in m.throttled) == (1 if m.waiting.get(key) else 0)
+            g = m.group_of(key)
+            where = m.is_eligible(key, g) + (key in m.capped_members.get(g, ())) + (key in m.mthrottled)
+            assert where == (1 if m.waiting.get(key) else 0), f"key {key} tracked {where} times"
+        for g in GROUPS:
+            where = (g in m.active) + (g in m.capped) + (g in m.throttled)
+            assert where == (1 if m.eligible_count(g) else 0), f"group {g} tracked {where} times"
         assert m.V >= self.last_v, "the virtual clock went back"
         self.last_v = m.V
-        for key, cap in m.cap.items():
-            # Only a start of a reaped job may pass a cap (it runs whatever we count).
-            assert m.inflight_n.get(key, 0) <= cap or any(
-                j.state == "running" and j.key == key for j in m.jobs.values())
+        # Caps: a release never passes one (check_released); more may be in
+        # flight only when a submit lowered it, or a reaped job started.
 
 
 @pytest.mark.slow
