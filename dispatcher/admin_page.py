@@ -1,8 +1,11 @@
 """The staff page of the fair dispatcher: per lane, who is waiting, how much
 is in flight, and each user's weight, straight from the scheduler's state;
 and charts of each user's share of worker time and wait p99 over the last
-hour. The page (`fairness_page`) renders once and then refreshes itself
-from `fairness_data` every few seconds."""
+hour. Users are grouped under their organisations (the dispatcher's
+groups, named by FAIR_GROUP_PROVIDER): a table and charts per
+organisation, and each user's organisation in the users table. The page
+(`fairness_page`) renders once and then refreshes itself from
+`fairness_data` every few seconds."""
 from __future__ import annotations
 
 import time
@@ -41,6 +44,41 @@ def _idle_policies(keys: list[str], lane: Lane) -> dict[str, tuple[float, int | 
         return {}
     policies = import_string(settings.FAIR_POLICY_PROVIDER)(user_ids=ids, lane=lane)
     return {str(i): (p.weight, p.cap) for i, p in policies.items()}
+
+
+def groups_of(keys) -> dict[str, tuple[str, str]]:
+    """(group key, name) of each user key's organisation, in one query
+    (FAIR_GROUP_PROVIDER); a user in none is left out: a group of their own."""
+    ids = [int(k) for k in keys if k.isdigit()]
+    if not ids or not settings.FAIR_GROUP_PROVIDER:
+        return {}
+    return {str(i): (g.key, g.name) for i, g in import_string(settings.FAIR_GROUP_PROVIDER)(user_ids=ids).items()}
+
+
+def _group(key: str, groups: dict, names: dict) -> tuple[str, str]:
+    """A user's group, or the user alone (named after them)."""
+    return groups.get(key) or (f"user:{key}", names.get(key, key))
+
+
+def organisations_usage(usage: dict[str, dict], groups: dict, names: dict) -> list[dict]:
+    """Per organisation with members who worked lately: their share of
+    worker time together, how many, and the slowest member's waits (the
+    usage is per user; a p99 of p99s is not a p99, the worst one is a
+    bound), largest share first, at most PAGE_ROWS."""
+    by: dict[str, dict] = {}
+    for key, u in usage.items():
+        gkey, name = _group(key, groups, names)
+        o = by.setdefault(gkey, {"key": gkey, "name": name, "members": 0, "share": 0.0, "wait_p50_ms": None,
+                                 "wait_p99_ms": None})
+        o["members"] += 1
+        o["share"] += u["share"]
+        for field in ("wait_p50_ms", "wait_p99_ms"):
+            if u[field] is not None:
+                o[field] = max(o[field] or 0, u[field])
+    ranked = sorted(by.values(), key=lambda o: (-o["share"], o["name"]))[:PAGE_ROWS]
+    for o in ranked:
+        o["share_pct"] = round(100 * o["share"], 1)
+    return ranked
 
 
 def stale_entries(lane: Lane) -> list[dict]:
@@ -103,15 +141,17 @@ def lanes_snapshot(*, page: int = 1, search: str = "") -> list[dict]:
             pages = max(1, -(-len(ranked) // PAGE_ROWS))
             keys = ranked[(min(page, pages) - 1) * PAGE_ROWS:min(page, pages) * PAGE_ROWS]
         live = sched.keys_info(keys)
-        names = dict(get_user_model().objects.filter(id__in=[int(k) for k in keys if k.isdigit()])
-                     .values_list("id", "username"))
+        shown = set(keys) | set(usage)
+        names = {str(i): n for i, n in get_user_model().objects.filter(
+            id__in=[int(k) for k in shown if k.isdigit()]).values_list("id", "username")}
+        groups = groups_of(shown)
         idle = _idle_policies([k for k in keys if live.get(k, {}).get("state", "idle") == "idle"], lane)
         rows = []
         for key in keys:
             mine = live.get(key)
             busy = mine is not None and mine["state"] != "idle"
             weight, cap = (mine["weight"], mine["cap"] or None) if busy else idle.get(key, (None, None))
-            row = {"key": key, "user": names.get(int(key)) if key.isdigit() else None,
+            row = {"key": key, "user": names.get(key), "organisation": _group(key, groups, names)[1],
                    "backlog": mine["backlog"] if mine else 0, "in_flight": mine["in_flight"] if mine else 0,
                    "state": STATES.get(mine["state"] if mine else "idle", mine and mine["state"]),
                    "weight": weight, "cap": cap,
@@ -132,6 +172,7 @@ def lanes_snapshot(*, page: int = 1, search: str = "") -> list[dict]:
                   "window": summary["window"], "delayed": summary["delayed"], "users_with_work": summary["busy_keys"],
                   **sched.parked_counts()}
         lanes.append({"lane": lane.value, "totals": totals, "keys": rows, "worker_clashes": clashes,
+                      "organisations": organisations_usage(usage, groups, names),
                       "has_usage": lane.value in settings.FAIR_USAGE_PROVIDERS,
                       "page": min(page, pages), "pages": pages, "search": search,
                       "health": {"stalled": health.stalled, "idle_s": health.idle_s, "stall_s": settings.FAIR_STALL_S},
@@ -147,12 +188,33 @@ def lanes_history() -> dict[str, dict]:
         series = _provided(settings.FAIR_HISTORY_PROVIDERS, lane.value, minutes=settings.FAIR_HISTORY_MINUTES)
         if series is None:
             continue
-        series["users"] = _top_series(series["users"])
-        ids = [int(k) for k in series["users"] if k.isdigit()]
-        names = dict(get_user_model().objects.filter(id__in=ids).values_list("id", "username"))
-        series["users"] = {names.get(int(k), k) if k.isdigit() else k: v for k, v in series["users"].items()}
+        everyone = series["users"]
+        groups = groups_of(everyone)
+        series["users"] = _top_series(everyone)
+        named = set(series["users"]) | {k for k in everyone if k not in groups}
+        names = {str(i): n for i, n in get_user_model().objects.filter(
+            id__in=[int(k) for k in named if k.isdigit()]).values_list("id", "username")}
+        series["organisations"] = _top_series(_organisation_series(everyone, groups, names))
+        series["users"] = {names.get(k, k): v for k, v in series["users"].items()}
         history[lane.value] = series
     return history
+
+
+def _organisation_series(users: dict[str, dict], groups: dict, names: dict) -> dict[str, dict]:
+    """Per organisation and minute: its members' shares summed, and the
+    slowest member's wait p99 (None: no member had one that minute)."""
+    out: dict[str, dict] = {}
+    for key, u in users.items():
+        name = _group(key, groups, names)[1]
+        o = out.setdefault(name, {"share_pct": [None] * len(u["share_pct"]),
+                                  "wait_p99_ms": [None] * len(u["wait_p99_ms"])})
+        for i, v in enumerate(u["share_pct"]):
+            if v is not None:
+                o["share_pct"][i] = round((o["share_pct"][i] or 0) + v, 1)
+        for i, v in enumerate(u["wait_p99_ms"]):
+            if v is not None:
+                o["wait_p99_ms"][i] = max(o["wait_p99_ms"][i] or 0, v)
+    return out
 
 
 def _page_args(request: HttpRequest) -> dict:

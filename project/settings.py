@@ -433,6 +433,9 @@ FAIR_HISTORY_MINUTES = 60
 # callable(user_ids=, lane=) -> {user id: KeyPolicy}: the weight and cap the
 # staff page shows for users with nothing on a lane right now.
 FAIR_POLICY_PROVIDER = "uploads.services.fair_policies"
+# callable(user_ids=) -> {user id: (.key, .name)}: each user's organisation
+# (the dispatcher's group), which the staff page groups users under.
+FAIR_GROUP_PROVIDER = "organisations.selectors.organisations_of"
 
 # --- Email -----------------------------------------------------------------------
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

@@ -80,7 +80,7 @@ def test_the_fairness_page_shows_each_users_backlog(held_jobs, make_person, page
 
     lane = page.locator("h2", has_text="cpu-transcode")
     expect(lane).to_be_visible()
-    table = lane.locator("xpath=following-sibling::table[1]")
+    table = lane.locator("xpath=following-sibling::table[contains(@class, 'users')][1]")
     headers = [h.strip().lower() for h in table.locator("thead th").all_inner_texts()]
     backlog = headers.index("backlog")
     for username, held in (("dora", "5"), ("eli", "3")):
@@ -116,6 +116,8 @@ def test_the_fairness_page_shows_each_users_backlog(held_jobs, make_person, page
     expect(charts.locator(".chart-ms canvas")).to_have_count(1)
     for name in ("dora", "eli", "ivan"):
         expect(charts.locator(".chart-pct .u-legend")).to_contain_text(name)
+        # Each alone: an organisation of one, named after them.
+        expect(charts.locator(".chart-org-pct .u-legend")).to_contain_text(name)
     screenshot(page, "fairness-page")
 
 
