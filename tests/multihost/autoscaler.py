@@ -45,6 +45,8 @@ class Autoscaler:
     removed: list[ScaledHost] = field(default_factory=list)
     # (monotonic time, what it did: "out" / "in" / "wait" (all protected), host name or "")
     actions: list[tuple[float, str, str]] = field(default_factory=list)
+    # Each scale-in: (the host stopped, the hosts protected (busy) that it passed over)
+    passed_over: list[tuple[str, list[str]]] = field(default_factory=list)
     _below_since: float | None = None
     _count: int = 0
 
@@ -87,6 +89,7 @@ class Autoscaler:
         if not idle:
             self.actions.append((now, "wait", ""))
             return
+        self.passed_over.append((idle[0].name, [h.name for h in self.hosts if h.agent.protected]))
         self.remove(idle[0])
         self.actions.append((now, "in", idle[0].name))
         self._below_since = None

@@ -4,9 +4,11 @@ arrives and removes one when the suggestion falls, stopping only a host
 that its own scale-in protection (the ECS provider, against a stand-in
 agent per host) says is idle. No job is handed back, none is lost.
 
-The drain's grace period is cut to half a second, so a host stopped while it
-runs a job would hand it back (an `interrupted` attempt): the test fails if
-the autoscaler ever removes a busy host.
+The burst ends with a long video, so the suggestion falls to one host
+while the other still runs it: the autoscaler must pass over that busy
+host. The drain's grace period is cut to half a second, so a host stopped
+while it runs a job would hand it back (an `interrupted` attempt): the test
+fails if the autoscaler ever removes a busy host.
 
 Run by bin/test as its own pytest run (`FAIRLANE_MULTIHOST=1 pytest -m
 multihost`), as root (network namespaces).
@@ -36,7 +38,10 @@ def media(tmp_path) -> dict[str, Path]:
 
     image = tmp_path / "photo.png"
     Image.new("RGB", (320, 240), (40, 120, 200)).save(image)
-    return {"video": make_video(tmp_path / "clip.mp4", seconds=4, size="640x360"), "image": image}
+    return {"video": make_video(tmp_path / "clip.mp4", seconds=4, size="640x360"), "image": image,
+            # the burst's last job: still running when the suggestion has fallen
+            # and the other host has been idle for a while
+            "long": make_video(tmp_path / "long.mp4", seconds=24, size="640x360")}
 
 
 def test_an_autoscaler_adds_a_host_under_a_burst_and_removes_an_idle_one_when_the_suggestion_falls(
@@ -53,7 +58,7 @@ def test_an_autoscaler_adds_a_host_under_a_burst_and_removes_an_idle_one_when_th
     try:
         first = scaler.add_host()
         first.agent.wait_for(lambda: first.agent.protected, 30, "the first host to protect itself at its start")
-        heavy, light = submit_batch(make_user, api_client_for, media, videos=8, images=2)
+        heavy, light = submit_batch(make_user, api_client_for, media, videos=6, images=2, extra=(media["long"],))
         jobs = heavy + light
         deadline = time.monotonic() + 300
         while not (scaler.removed and Job.objects.filter(id__in=jobs, status__in=TERMINAL).count() == len(jobs)):
@@ -66,6 +71,7 @@ def test_an_autoscaler_adds_a_host_under_a_burst_and_removes_an_idle_one_when_th
 
     t0 = scaler.actions[0][0] if scaler.actions else 0.0
     print("autoscaler:", [(round(at - t0, 1), kind, host) for at, kind, host in scaler.actions])
+    print("passed over at each scale-in:", scaler.passed_over)
     kinds = [kind for _, kind, _ in scaler.actions if kind != "wait"]  # wait: all hosts were protected
     assert kinds[:2] == ["out", "in"], scaler.actions  # a host added under the burst, one removed after
     added = [name for _, kind, name in scaler.actions if kind == "out"]
@@ -74,6 +80,10 @@ def test_an_autoscaler_adds_a_host_under_a_burst_and_removes_an_idle_one_when_th
     # Nothing handed back, nothing run twice: every job's one attempt succeeded.
     assert set(JobAttempt.objects.filter(job_id__in=jobs).values_list("outcome", flat=True)) == {"succeeded"}
     assert {job.attempts for job in Job.objects.filter(id__in=jobs)} == {1}
+    # The first scale-in came while the long job ran: the autoscaler passed
+    # over the busy, protected host and stopped the idle one.
+    stopped, protected = scaler.passed_over[0]
+    assert protected and stopped not in protected, scaler.passed_over
     for gone in scaler.removed:
         # Protected from its start, unprotected (idle) when it was stopped,
         # and nothing handed back by its drain.
