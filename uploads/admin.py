@@ -13,6 +13,7 @@ from django_celery_results.models import TaskResult
 from rest_framework.authtoken.models import Token, TokenProxy
 
 from organisations import admin as organisations_admin
+from project import plans
 from uploads import limits, services
 from uploads.admin_records import RecordAdmin, RecordInline, compact_time, created, cut, short_id
 from uploads.errors import ApplicationError
@@ -30,6 +31,11 @@ class PlanForm:
 
     def formfield_for_dbfield(self, db_field, request, **kwargs):
         field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name == "weight":  # the model's text predates organisations (a migration to change it: no)
+            field.help_text = (f"Share of the organisation's worker time relative to its other members "
+                               f"({plans.WEIGHT_MIN:g} to {plans.WEIGHT_MAX:g}; 1 is the default). Organisations "
+                               f"share each lane by their own plan's weight first; alone in one, this does not "
+                               f"change the share.")
         if db_field.name in limits.DEFAULTS:
             default = getattr(settings, limits.DEFAULTS[db_field.name])
             in_words = f" ({bytes_text(default)})" if db_field.name.endswith("_bytes") else ""

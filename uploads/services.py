@@ -9,7 +9,7 @@ import signal
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -21,6 +21,7 @@ from django.utils import timezone
 
 import dispatcher
 import media
+import organisations
 from dispatcher import KeyPolicy
 from project import logcontext, metrics, passes, plans
 from project.dbclock import db_now
@@ -178,11 +179,18 @@ def _plan_checked(profile: Profile) -> Profile:
 
 def fair_policies(*, user_ids: Iterable[int], lane: Lane) -> dict[int, KeyPolicy]:
     """Each user's weight, cap and rate on `lane`, for every user asked about
-    (no Profile: the defaults). Plans are checked where they are edited
-    (project/plans.py) and again here: one user's bad plan must not make an
-    enqueue raise, which would also abort a reconciler pass for every row
-    after it, other users' included. On io-notify a user without a cap of
-    their own gets NOTIFY_USER_CAP."""
+    (no Profile: the defaults), and their organisation's as the policy's
+    group: the lane shares its worker time between organisations by their
+    weights, then an organisation's between its members by theirs; caps and
+    rates bind at both levels. The group is read from the membership, never
+    from the request. A user in no organisation (made around the post_save
+    that gives everyone one) is a group of their own. Plans are checked
+    where they are edited (project/plans.py) and again here: one user's bad
+    plan must not make an enqueue raise, which would also abort a
+    reconciler pass for every row after it, other users' included. On
+    io-notify a user without a cap of their own gets NOTIFY_USER_CAP (and
+    so does an organisation: organisations.plan_on). Two queries, whatever
+    the number of users."""
     ids = set(user_ids)
     io = lane is Lane.IO_NOTIFY
     policies = dict.fromkeys(ids, KeyPolicy(cap=settings.NOTIFY_USER_CAP) if io else KeyPolicy())
@@ -192,6 +200,9 @@ def fair_policies(*, user_ids: Iterable[int], lane: Lane) -> dict[int, KeyPolicy
             policies[p.user_id] = KeyPolicy(weight=p.weight, cap=p.notify_cap or settings.NOTIFY_USER_CAP, rate=rate)
         else:
             policies[p.user_id] = KeyPolicy(weight=p.weight, cap=p.transcode_cap)
+    for user_id, group in organisations.lane_plans(user_ids=ids, lane=lane).items():
+        policies[user_id] = replace(policies[user_id], group=group.key, group_weight=group.weight,
+                                    group_cap=group.cap, group_rate=group.rate)
     return policies
 
 

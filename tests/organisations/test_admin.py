@@ -133,3 +133,9 @@ def test_moving_needs_the_permission_to_change_memberships(client, make_user):
     client.post(USERS, {"action": "move_to_organisation", "_selected_action": [alice.pk],
                         "organisation": studio.pk, "confirm": "yes"})
     assert Membership.objects.get(user=alice).organisation.name == "alice"
+
+
+def test_a_users_plan_says_its_weight_is_within_the_organisation(admin_client, make_user):
+    alice = make_user("alice")
+    page = admin_client.get(f"{USERS}{alice.pk}/change/").content.decode()
+    assert "Share of the organisation's worker time relative to its other members" in page
