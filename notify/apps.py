@@ -12,3 +12,5 @@ class NotifyConfig(AppConfig):
 
         # A job's owner hears of its ending (uploads announces it after commit).
         lifecycle.job_finished.connect(services.job_finished_receive)
+        # ... and that a video can be watched before it has finished.
+        lifecycle.job_playable.connect(services.job_playable_receive)

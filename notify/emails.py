@@ -8,6 +8,7 @@ from django.template.loader import render_to_string
 from notify.models import Event
 
 TEMPLATES = {
+    "job.playable": "job_playable",
     "job.succeeded": "job_finished",
     "job.failed": "job_finished",
     "batch.completed": "batch_completed",
@@ -26,6 +27,8 @@ def _subject(event: Event) -> str:
     if event.type == "endpoint.disabled":
         return "[Fairlane] A webhook endpoint was disabled"
     job = data["job"]
+    if event.type == "job.playable":
+        return f"[Fairlane] {job['filename']}: ready to watch"
     return f"[Fairlane] {job['filename']}: {job['status']}"
 
 

@@ -5,6 +5,9 @@ from enum import StrEnum
 
 
 class EventType(StrEnum):
+    # A video can be watched while it is still processed (its first seconds
+    # are stored); always before its job.succeeded (notify/services.py).
+    JOB_PLAYABLE = "job.playable"
     JOB_SUCCEEDED = "job.succeeded"
     JOB_FAILED = "job.failed"
     # One summary per upload batch, once every job of the batch has ended.
@@ -14,7 +17,8 @@ class EventType(StrEnum):
 
 
 # What users may subscribe to (per channel, and per webhook endpoint).
-SUBSCRIBABLE: tuple[str, ...] = (EventType.JOB_SUCCEEDED, EventType.JOB_FAILED, EventType.BATCH_COMPLETED)
+SUBSCRIBABLE: tuple[str, ...] = (EventType.JOB_PLAYABLE, EventType.JOB_SUCCEEDED, EventType.JOB_FAILED,
+                                 EventType.BATCH_COMPLETED)
 
 
 class Channel(StrEnum):

@@ -68,12 +68,13 @@ from project.dbclock import db_now
 from project.lanes import Lane
 from uploads import limits
 from uploads.errors import ApplicationError
-from uploads.lifecycle import JobFinished
+from uploads.lifecycle import JobFinished, JobPlayable
 from uploads.models import Batch, Job
 
 log = logging.getLogger(__name__)
 
 TASK_JOB_FINISHED = "notify.job_finished"
+TASK_JOB_PLAYABLE = "notify.job_playable"
 TASK_DELIVER = "notify.deliver"
 # Fair-share charge of one notify task, in worker seconds (mostly waiting on
 # the network; the dispatcher corrects it with the measured time).
@@ -117,6 +118,15 @@ def job_finished_notify(*, job_id, owner_id: int, status: str, plans: Plans | No
 def job_finished_receive(event: JobFinished) -> None:
     """uploads.lifecycle's announcement of a job's ending (after its commit)."""
     job_finished_notify(job_id=event.job_id, owner_id=event.owner_id, status=event.status)
+
+
+def job_playable_receive(event: JobPlayable) -> None:
+    """uploads.lifecycle's announcement that a video can be watched (after
+    its commit): its job.playable event, off the worker's path. Nothing
+    reconciles it: if this is lost, the job's ending publishes it, before
+    its job.succeeded (job_event_process)."""
+    _enqueue(TASK_JOB_PLAYABLE, [event.job_id], task_id=f"notify-job-{event.job_id}-playable",
+             owner_id=event.owner_id)
 
 
 def _deliver_task_id(delivery_id, seq: int) -> str:
@@ -213,6 +223,25 @@ def _job_finished_task_id(job_id, status: str) -> str:
     return f"notify-job-{job_id}-{status}"
 
 
+def _playable_publish(job: Job) -> None:
+    """The job's job.playable event, once per run of the job (keyed by when
+    it became playable), if it became playable."""
+    if job.playable_at is None:
+        return
+    event_type = EventType.JOB_PLAYABLE
+    event_publish(owner=job.owner, event_type=event_type, key=f"{event_type}:{job.id}:{job.playable_at.timestamp()}",
+                  data=_job_data(job), job_id=job.id)
+
+
+def job_playable_process(*, job_id: str) -> None:
+    """A video became playable: its job.playable event, unless the job has
+    ended meanwhile without succeeding (a failed or canceled video is
+    nothing to watch)."""
+    job = Job.objects.select_related("owner", "upload").filter(id=job_id).first()
+    if job is not None and job.status in ("running", "succeeded"):
+        _playable_publish(job)
+
+
 def job_event_process(*, job_id: str, status: str) -> None:
     """The notify side of a job ending: its own event, then its batch's
     summary; then the job's outbox flag is cleared. Running it again (a
@@ -227,6 +256,8 @@ def job_event_process(*, job_id: str, status: str) -> None:
     if ending is None:
         return  # given up
     try:
+        if status == "succeeded":  # its job.playable comes first, whatever became of its own task
+            _playable_publish(job)
         event_type = JOB_EVENTS.get(status)
         if event_type is not None:
             stamp = job.finished_at.timestamp() if job.finished_at else 0
@@ -434,7 +465,7 @@ def _claim(delivery_id: str, seq: int) -> Delivery | None:
 def delivery_attempt(*, delivery_id: str, seq: int, reserved: bool = False,
                      resolver: ssrf.Resolver | None = None) -> str:
     """Run try `seq` of a delivery; returns what happened (for logs and tests):
-    stale, canceled, throttled, succeeded, retry or failed. `resolver`
+    stale, canceled, held (behind an earlier event), throttled, succeeded, retry or failed. `resolver`
     replaces DNS (tests of the connect-time check)."""
     delivery = _claim(delivery_id, seq)
     if delivery is None:
@@ -456,6 +487,26 @@ def _reschedule(delivery: Delivery, *, delay_s: float, reserved: bool) -> None:
                 reserved=reserved))
 
 
+# How long a job's event waits, each time, for an earlier event of the same
+# job to be tried first at the same endpoint (_behind_earlier).
+IN_ORDER_WAIT_S = 0.5
+
+
+def _behind_earlier(delivery: Delivery) -> bool:
+    """Whether an earlier event of the same job (its job.playable, before
+    its job.succeeded) is still waiting for its first try at the same
+    endpoint: the two are tries of their own, possibly on two threads at
+    once, and a receiver must see them in the order they happened. Only the
+    first tries are ordered: a failed earlier one retries on its own
+    schedule, and holds nothing back."""
+    event = delivery.event
+    if event.job_id is None:
+        return False
+    return Delivery.objects.filter(
+        endpoint_id=delivery.endpoint_id, event__job_id=event.job_id, event__created_at__lt=event.created_at,
+        status__in=[Delivery.Status.PENDING, Delivery.Status.SENDING], attempt_log__isnull=True).exists()
+
+
 def _webhook_attempt(delivery: Delivery, *, reserved: bool, resolver: ssrf.Resolver | None) -> str:
     endpoint = delivery.endpoint
     if endpoint is None or not endpoint.is_active:
@@ -463,6 +514,9 @@ def _webhook_attempt(delivery: Delivery, *, reserved: bool, resolver: ssrf.Resol
             status=Delivery.Status.CANCELED, attempts=F("attempts") - 1, lease_until=None,
             last_error="endpoint disabled")
         return "canceled"
+    if _behind_earlier(delivery):
+        _reschedule(delivery, delay_s=IN_ORDER_WAIT_S, reserved=reserved)
+        return "held"
     if not reserved:
         rate, burst = _rate_limit(endpoint)
         wait_s = ratelimit.take(endpoint_id=str(endpoint.id), rate_per_s=rate, burst=burst)

@@ -11,6 +11,11 @@ def job_finished(job_id: str, status: str) -> None:
     services.job_event_process(job_id=job_id, status=status)
 
 
+@shared_task(name="notify.job_playable", ignore_result=True)
+def job_playable(job_id: str) -> None:
+    services.job_playable_process(job_id=job_id)
+
+
 @shared_task(name="notify.deliver", ignore_result=True)
 def deliver(delivery_id: str, seq: int, reserved: bool = False) -> str:
     return services.delivery_attempt(delivery_id=delivery_id, seq=seq, reserved=reserved)

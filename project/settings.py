@@ -696,7 +696,7 @@ LOGGING = {
 # email gets one summary per upload batch, not one message per file.
 NOTIFY_DEFAULT_EVENTS = {
     "email": env_list("NOTIFY_EMAIL_DEFAULT_EVENTS", "batch.completed"),
-    "webhook": env_list("NOTIFY_WEBHOOK_DEFAULT_EVENTS", "job.succeeded,job.failed,batch.completed"),
+    "webhook": env_list("NOTIFY_WEBHOOK_DEFAULT_EVENTS", "job.playable,job.succeeded,job.failed,batch.completed"),
 }
 # Loopback webhook URLs are for tests and local receivers only: production
 # refuses to start with them allowed (an SSRF hole otherwise).

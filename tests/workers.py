@@ -116,3 +116,23 @@ def wait_settled(*, timeout_s: float) -> bool:
     except AssertionError:  # timed out: the caller goes on
         return False
     return True
+
+
+@contextmanager
+def attempt_held(job_id: str) -> Iterator[int]:
+    """The worker process running the job's latest attempt stopped
+    (SIGSTOP) inside the block, and let go (SIGCONT) at its end: the job
+    stays exactly where it was, running, whatever the machine's speed (its
+    ffmpeg may finish, but nothing is uploaded or recorded meanwhile).
+    Yields the process's pid."""
+    import signal
+
+    from uploads.models import JobAttempt
+
+    worker = JobAttempt.objects.filter(job_id=job_id).order_by("-number").values_list("worker", flat=True).first()
+    pid = int(worker.rpartition(":")[2])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pid
+    finally:
+        os.kill(pid, signal.SIGCONT)

@@ -14,7 +14,8 @@ What is stored is then recorded: per track (a ladder's renditions are one
 track, cut at the same frames; a chunked video's sound is another), the
 segments that every folder of the track has stored, in order, with their
 durations, and what a master playlist needs (the renditions, the sound's
-bitrate). The record is the job's `live` field, written by the thread that
+bitrate), and once the encoder has ended, that it is complete. The record
+is the job's `live` field, written by the thread that
 runs the job (ffmpeg.run's on_tick calls Sink.flush), fenced by the
 attempt number as a progress write is: a replaced attempt cannot write it,
 and a new attempt starts it empty. The web builds the growing playlists
@@ -87,8 +88,10 @@ class _Streamer(threading.Thread):
             except Exception:  # the store's hiccup: the next round (and the last, which raises) tries again
                 log.warning("could not store segments yet; trying again", exc_info=True)
 
-    def round(self) -> None:
-        """Upload every listed segment not stored yet, then offer the state."""
+    def round(self, *, final: bool = False) -> None:
+        """Upload every listed segment not stored yet, then offer the state
+        (`final`: the encoder has ended, so the state is offered marked
+        complete, which ends the playlists made from it)."""
         pending: list[tuple[str, str, float]] = []  # (folder, uri, duration)
         for folder, done in self.uploaded.items():
             playlist = self.workdir / "hls" / folder / "index.m3u8"
@@ -103,11 +106,11 @@ class _Streamer(threading.Thread):
         stored = {track: self.uploaded[folders[0]][:min(len(self.uploaded[f]) for f in folders)]
                   for track, folders in self.tracks.items()}
         counts = {track: len(entries) for track, entries in stored.items()}
-        if counts != self.shown and any(counts.values()):
+        if final or (counts != self.shown and any(counts.values())):
             self.shown = counts
             playable = bool(self.needs) and all(counts[track] for track in self.needs)
-            self.sink.offer({**self.info, "tracks": {t: [[u, round(d, 6)] for u, d in e] for t, e in stored.items()}},
-                            playable)
+            tracks = {t: [[u, round(d, 6)] for u, d in e] for t, e in stored.items()}
+            self.sink.offer({**self.info, "tracks": tracks, **({"complete": True} if final else {})}, playable)
 
     def halt(self) -> None:
         self.halted.set()
@@ -137,5 +140,9 @@ def streaming(sink: Sink | None, workdir: Path, tracks: dict[str, list[str]], *,
         yield
     finally:
         streamer.halt()
-    streamer.round()  # the encoder has ended: its last segments, in this thread
+    # The encoder has ended: its last segments, in this thread, recorded in
+    # the same write that says the record is complete. A player must see
+    # the last segment and the playlist's end together: hls.js ends a stream
+    # only on a last segment it loaded from a playlist that ended.
+    streamer.round(final=True)
     sink.flush()

@@ -26,7 +26,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from uploads import direct, estimates, selectors, services, throttling, upload_limits
+from uploads import direct, estimates, live, selectors, services, throttling, upload_limits
 from uploads.api_schema import errors
 from uploads.delivery import output_url
 from uploads.errors import ApplicationError
@@ -71,6 +71,18 @@ class JobErrorSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
+class StreamSerializer(serializers.Serializer):
+    url = serializers.CharField(help_text="Signed link to the HLS master playlist: while `live`, playlists that "
+                                          "grow as the video is encoded (their link stays valid while it runs), "
+                                          "then the finished ladder's.")
+    live = serializers.BooleanField(help_text="Still being processed: the playlists grow, and end once the last "
+                                              "segment is encoded.")
+    renditions = serializers.ListField(child=serializers.CharField(), help_text="The renditions ready to play "
+                                       "(`240p`, ...), in ladder order.")
+    encoded_s = serializers.FloatField(help_text="Seconds of the video that can be played, from its start.")
+    duration_s = serializers.FloatField(help_text="The whole video's length.")
+
+
 class JobSerializer(serializers.ModelSerializer):
     upload = serializers.SerializerMethodField(help_text="The file this job processes; null for an export.")
     batch = serializers.SerializerMethodField()
@@ -78,6 +90,8 @@ class JobSerializer(serializers.ModelSerializer):
                                                      "organisation (everyone is in exactly one: alone, one named "
                                                      "after them); null for a user not in one yet.")
     error = serializers.SerializerMethodField(help_text="Why the job failed or was canceled; null otherwise.")
+    stream = serializers.SerializerMethodField(help_text="What of a video can be watched now, while it is still "
+                                               "being processed too; null when nothing can (yet).")
     outputs = OutputSerializer(many=True)
 
     class Meta:
@@ -85,8 +99,11 @@ class JobSerializer(serializers.ModelSerializer):
         fields = [
             "organisation",
             "id", "upload", "batch", "kind", "lane", "status", "progress", "attempts", "error",
-            "created_at", "scheduled_for", "started_at", "finished_at", "wait_ms", "process_ms", "outputs",
+            "created_at", "scheduled_for", "started_at", "finished_at", "wait_ms", "process_ms", "playable_at",
+            "stream", "outputs",
         ]
+        extra_kwargs = {"playable_at": {"help_text": "When a video could first be watched (its first seconds "
+                                                     "encoded and stored), before it finished; null until then."}}
 
     @extend_schema_field(JobUploadSerializer(allow_null=True))
     def get_upload(self, job: Job) -> dict | None:
@@ -115,6 +132,15 @@ class JobSerializer(serializers.ModelSerializer):
     @extend_schema_field(JobErrorSerializer(allow_null=True))
     def get_error(self, job: Job) -> dict | None:
         return job.error
+
+    @extend_schema_field(StreamSerializer(allow_null=True))
+    def get_stream(self, job: Job) -> dict | None:
+        stream = live.stream_for(job)
+        if stream is None:
+            return None
+        return {"url": self.context["request"].build_absolute_uri(stream.url), "live": stream.live,
+                "renditions": [r["name"] for r in stream.renditions], "encoded_s": stream.encoded_s,
+                "duration_s": stream.duration_s}
 
 
 def job_url(request: Request, job_id) -> str:
@@ -281,7 +307,7 @@ class UploadDetailApi(APIView):
 # list's ETag is a hash of these for the requested page (one light query
 # without joins), so an idle poll is a 304 with nothing serialized.
 JOB_LIST_FINGERPRINT_FIELDS = ("id", "created_at", "status", "progress", "attempts", "kind", "error_code",
-                               "started_at", "finished_at", "wait_ms")
+                               "started_at", "finished_at", "wait_ms", "playable_at")
 
 
 MAX_SEARCH_LENGTH = 100

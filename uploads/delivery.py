@@ -44,7 +44,13 @@ def _token(output: Output) -> str:
 
 
 def output_url(output: Output) -> str:
-    return reverse("output-download", args=[_token(output), posixpath.basename(output.file.name)])
+    return output_path_url(output, posixpath.basename(output.file.name))
+
+
+def output_path_url(output: Output, path: str) -> str:
+    """The link to `path` in the output: its file's name, or for an HLS
+    bundle any of its files (`240p/index.m3u8`)."""
+    return reverse("output-download", args=[_token(output), path])
 
 
 def _resolve(output: Output, path: str) -> str:

@@ -103,6 +103,8 @@ def job_facts(job: Job, outputs: list[Output]) -> Facts:
         rows.append(("Pages", str(pages)))
     if job.wait_ms is not None:
         rows.append(("Waited", duration_text(job.wait_ms / 1000)))
+    if job.playable_at is not None:  # from the upload's acceptance to its first seconds playing (uploads/live.py)
+        rows.append(("Playable after", duration_text((job.playable_at - job.created_at).total_seconds())))
     if job.process_ms is not None:
         rows.append(("Processed in", duration_text(job.process_ms / 1000)))
     return Facts(rows, _renditions(outputs))

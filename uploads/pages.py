@@ -10,7 +10,7 @@ from django.utils.cache import patch_cache_control
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_http_methods
 
-from uploads import accounts, facts, selectors
+from uploads import accounts, facts, live, selectors
 from uploads.delivery import output_url
 from uploads.models import Batch, Job
 
@@ -32,14 +32,32 @@ def job_page(request: HttpRequest, job_id) -> HttpResponse:
     links = {output.name: output_url(output) for output in outputs}
     listed = [{"label": o.label, "url": links[o.name], "type": o.content_type,
                "size": "" if o.bundle_folder else facts.bytes_text(o.size)} for o in outputs]
+    # A video still being processed plays from its growing playlists
+    # (uploads/live.py) as soon as it has some: the page asks the API until
+    # then, and what it might become is unknown until the probe.
+    unfinished = job.status in (Job.Status.QUEUED, Job.Status.RUNNING)
+    stream = live.stream_for(job) if unfinished else None
     # The player's box takes the video's shape before anything has loaded
     # (and keeps it while the ladder switches renditions), sized to fit the
     # window whatever the orientation.
     video = next((o.metadata for o in outputs if o.name in ("mp4", "hls") and o.metadata.get("height")), None)
+    video = video or (stream.renditions[-1] if stream and stream.renditions else None)
     video_size = {"width": video["width"], "height": video["height"]} if video else None
     return render(request, "uploads/job_page.html", {
         "job": job, "links": links, "outputs": listed, "video_size": video_size, "still": _still(links),
-        "facts": facts.job_facts(job, outputs), "actions": _job_actions(job)})
+        "facts": facts.job_facts(job, outputs), "actions": _job_actions(job), "stream": stream,
+        "growing": unfinished and job.kind in (Job.Kind.VIDEO, Job.Kind.UNKNOWN),
+        "duration_s": (job.media_info or {}).get("duration_s") or "", "batch": _batch(job)})
+
+
+def _batch(job: Job) -> dict | None:
+    """The batch the job's file came in, and how far along it is."""
+    if not job.upload_id:
+        return None
+    batch = Batch.objects.filter(id=job.upload.batch).first()
+    progress = selectors.batches_progress(batch_ids=[job.upload.batch])[job.upload.batch]
+    return {"id": job.upload.batch, "name": batch.display_name if batch else "its batch",
+            "done": progress.files - progress.unfinished, "files": progress.files}
 
 
 def _job_actions(job) -> list[str]:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from uploads import api, delivery, direct_api, pages
+from uploads import api, delivery, direct_api, live, pages
 
 urlpatterns = [
     path("", pages.upload_page, name="upload-page"),
@@ -24,5 +24,6 @@ urlpatterns = [
     path("api/batches/<uuid:batch_id>/", api.BatchDetailApi.as_view(), name="api-batch-detail"),
     path("api/batches/<uuid:batch_id>/cancel/", api.BatchCancelApi.as_view(), name="api-batch-cancel"),
     path("api/batches/<uuid:batch_id>/retry/", api.BatchRetryApi.as_view(), name="api-batch-retry"),
+    path("o/live/<str:token>/<path:path>", live.live_stream, name="live-stream"),
     path("o/<str:token>/<path:path>", delivery.output_download, name="output-download"),
 ]

@@ -1,12 +1,16 @@
 """A chunked video (four chunks of two 2 s segments, audio as its own
 rendition) plays in Chromium from start to end, and plays on from seeks
-that land just before each join between chunks."""
+that land just before each join between chunks; and one plays while its
+chunks are encoded (as test_live_playback.py's single pass does)."""
 from __future__ import annotations
 
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser import test_live_playback as live_page
 from tests.media import make_video
+from tests.workers import attempt_held
+from uploads.models import Job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -52,3 +56,17 @@ def test_a_chunked_video_plays_through_and_seeks_across_its_joins(
     page.mouse.move(seek["x"] + seek["width"] * 12.5 / SECONDS, seek["y"] + seek["height"] / 2)  # past the last join
     expect(page.locator("#player-box .preview")).to_have_attribute("data-cue", "320,90")  # the 13th frame: row 2
     screenshot(page, "chunked-job-page")
+
+
+def test_a_chunked_video_plays_while_its_chunks_are_encoded(
+        chunking_workers, make_person, page, site_login, screenshot, api_client_for, tmp_path):
+    bea = make_person("bea")
+    clip = make_video(tmp_path / "long.mp4", seconds=live_page.SECONDS, size="640x360")
+    [job_id] = live_page._upload(api_client_for(bea), [clip])
+    site_login(page, bea)
+    page.goto(f"/jobs/{job_id}/")
+    live_page._playable(job_id)
+    # The delivery that split the video runs its first chunk: holding it holds the stream at that chunk.
+    with attempt_held(str(Job.objects.get(parent_id=job_id, part="chunk", part_index=0).id)):
+        live_page._watch_while_held(page, job_id, screenshot, "job-page-live-chunked")
+    live_page._plays_to_the_end(page)

@@ -72,7 +72,7 @@ def test_deliveries_list_every_attempt_of_the_owners_endpoint(make_user, api_cli
 def test_preferences_default_to_batch_summaries_by_email_and_can_be_changed(make_user, api_client_for):
     client = api_client_for(make_user("alice"))
     assert client.get("/api/notifications/preferences/").json() == {
-        "email": ["batch.completed"], "webhook": ["job.succeeded", "job.failed", "batch.completed"]}
+        "email": ["batch.completed"], "webhook": ["job.playable", "job.succeeded", "job.failed", "batch.completed"]}
     resp = client.put("/api/notifications/preferences/", {"email": ["job.failed"], "webhook": []}, format="json")
     assert resp.status_code == 200
     assert resp.json() == {"email": ["job.failed"], "webhook": []}

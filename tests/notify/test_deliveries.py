@@ -231,3 +231,21 @@ def test_a_throttled_try_is_rescheduled_for_its_token_without_counting_an_attemp
     assert dispatcher.scheduler(Lane.IO_NOTIFY).known(f"notify-dlv-{second.id}-1") in ("delayed", "released")
     assert attempt(second, reserved=True) == "succeeded"  # it holds its token: no second check
     assert json.loads(receiver.received()[1].body)["type"] == "job.failed"
+
+
+def test_a_jobs_later_event_waits_for_its_earlier_ones_first_try_at_the_same_endpoint(
+        alice, make_endpoint, receiver, fast_retries, redis_client, make_batch):
+    """job.playable and job.succeeded are tries of their own, maybe on two
+    threads at once: the receiver still gets them in the order they happened."""
+    endpoint = make_endpoint(alice, receiver.url, events=["job.playable", "job.succeeded"])
+    [job] = make_batch(alice, ["succeeded"])
+    playable, succeeded = (
+        services.event_publish(owner=alice, event_type=kind, key=f"{kind}:{job.id}", data={"job": {"id": kind}},
+                               job_id=job.id).deliveries.get(endpoint=endpoint)
+        for kind in ("job.playable", "job.succeeded"))
+    assert attempt(succeeded) == "held"
+    succeeded.refresh_from_db()
+    assert (succeeded.status, succeeded.attempts, succeeded.seq) == ("pending", 0, 1)
+    assert attempt(playable) == "succeeded"
+    assert attempt(succeeded) == "succeeded"
+    assert [json.loads(r.body)["type"] for r in receiver.received()] == ["job.playable", "job.succeeded"]

@@ -194,3 +194,35 @@ def test_a_later_ending_of_a_job_whose_ending_was_given_up_has_tries_of_its_own(
     end(job, "failed")
     assert list(JobEnding.objects.all()) == [given_up]  # the new ending's count went with its success
     assert Event.objects.filter(type="batch.completed").exists()
+
+
+def test_a_video_that_became_playable_is_announced_once_and_before_its_job_succeeded(alice, make_batch,
+                                                                                       make_endpoint):
+    """job.playable comes from its own task while the job runs; if that task
+    was lost, the job's ending publishes it first. Either way once per run."""
+    from django.utils import timezone
+
+    make_endpoint(alice, "http://127.0.0.1:9/h", events=["job.playable", "job.succeeded"])
+    watched, lost = make_batch(alice, ["running", "running"])
+    Job.objects.filter(id__in=[watched.id, lost.id]).update(playable_at=timezone.now())
+    services.job_playable_process(job_id=str(watched.id))
+    services.job_playable_process(job_id=str(watched.id))  # a redelivered task
+    assert list(Event.objects.values_list("type", flat=True)) == ["job.playable"]
+    for job in (watched, lost):  # `lost`'s own task never ran
+        end(job, "succeeded")
+        services.job_playable_process(job_id=str(job.id))  # late: nothing more
+        events = Event.objects.filter(job_id=job.id).order_by("created_at")
+        assert [(e.type, e.payload["data"]["job"]["id"]) for e in events] == [
+            ("job.playable", str(job.id)), ("job.succeeded", str(job.id))]
+
+
+def test_a_video_that_failed_before_its_playable_task_ran_is_not_announced_playable(alice, make_batch,
+                                                                                      make_endpoint):
+    from django.utils import timezone
+
+    make_endpoint(alice, "http://127.0.0.1:9/h", events=["job.playable", "job.failed"])
+    [job] = make_batch(alice, ["running"])
+    Job.objects.filter(id=job.id).update(playable_at=timezone.now())
+    end(job, "failed")
+    services.job_playable_process(job_id=str(job.id))
+    assert list(Event.objects.filter(job_id=job.id).values_list("type", flat=True)) == ["job.failed"]

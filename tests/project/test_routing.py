@@ -13,6 +13,7 @@ from project.routing import TASK_LANES, UnroutedTaskError, lane_for, route_task
     [
         ("transcoding.job_run", Lane.CPU_TRANSCODE),
         ("notify.job_finished", Lane.IO_NOTIFY),
+        ("notify.job_playable", Lane.IO_NOTIFY),
         ("notify.deliver", Lane.IO_NOTIFY),
         ("exports.job_run", Lane.CPU_TRANSCODE),
         ("celery.backend_cleanup", Lane.IO_NOTIFY),
