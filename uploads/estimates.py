@@ -77,7 +77,10 @@ class LaneShare:
     slots: int  # worker slots of the lane (its window less the headroom)
     weight: float  # the user's weight
     active_weight: float  # sum of the weights of every user with work held or in flight, the user included
-    cap: int | None  # the user's concurrency cap, if any
+    cap: int | None  # the user's concurrency cap, or their organisation's when lower, if any
+    # The fraction of the lane the dispatcher gives the user (their
+    # organisation's share, then theirs within it); None: weight / active_weight.
+    share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,7 @@ def estimate_finish(*, backlog: dict[str, KeyBacklog], rates_by_key: dict[str, K
                                   seconds_per_unit=None if rate is None else round(rate.seconds_per_unit, 4),
                                   source="not measured yet" if rate is None else rate.source,
                                   samples=0 if rate is None else rate.samples, worker_s=round(worker_s, 1)))
-    share = min(1.0, lane.weight / max(lane.active_weight, lane.weight))
+    share = lane.share if lane.share is not None else min(1.0, lane.weight / max(lane.active_weight, lane.weight))
     throughput = lane.slots * share
     if lane.cap:
         throughput = min(throughput, float(lane.cap))
@@ -203,19 +206,24 @@ def lane_share_basis(*, user_id: int) -> LaneShare | None:
     sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
     try:
         summary = sched.summary()
-        mine = sched.key_policy(str(user_id))
+        basis = sched.share_basis(str(user_id))
     except redis.RedisError as exc:
         log.warning("no finish estimate: the dispatcher's state is unreachable (%r)", exc)
         return None
-    busy = mine is not None and mine[2]
-    if busy:
-        weight, cap = mine[0], mine[1] or None
+    busy = basis["busy"]
+    if busy:  # the two levels as the dispatcher applies them (issue 34): its share, its and its group's caps
+        weight, share = basis["weight"], basis["share"]
+        caps = [c for c in (basis["cap"], basis["group_cap"] if basis["group"] else 0) if c]
     else:  # nothing held or in flight right now: the plan as the dispatcher would apply it
-        policy = fair_policies(user_ids=[user_id], lane=Lane.CPU_TRANSCODE).get(user_id)
-        weight, cap = (policy.weight, policy.cap) if policy else (1.0, None)
+        policy = fair_policies(user_ids=[user_id], lane=Lane.CPU_TRANSCODE).get(user_id) or dispatcher.KeyPolicy()
+        weight = policy.weight
+        # Its first job: its organisation joins the busy ones (were another member busy,
+        # the basis would know the group; a newcomer alone in it gets all of the group's share).
+        share = policy.group_weight / (summary["group_active_weight"] + policy.group_weight) if policy.group else None
+        caps = [c for c in (policy.cap, policy.group_cap) if c]
     others = summary["active_weight"] - (weight if busy else 0.0)
     return LaneShare(slots=max(0, int(summary["window"]) - sched.headroom), weight=weight,
-                     active_weight=max(0.0, others) + weight, cap=cap)
+                     active_weight=max(0.0, others) + weight, cap=min(caps) if caps else None, share=share)
 
 
 def user_rates(*, user_id: int) -> dict[str, KeyRate]:

@@ -141,6 +141,8 @@ def test_the_basis_is_the_dispatchers_view_of_who_has_work(make_user, cpu_lane_p
                                fair_key=str(user.pk), cost=10.0, policy=KeyPolicy(weight=weight))
     basis = lane_share_basis(user_id=alice.pk)
     slots = sched.snapshot()["totals"]["window"] - sched.headroom
-    assert basis == LaneShare(slots=slots, weight=3.0, active_weight=4.0, cap=None)
-    # A user with nothing queued is assumed to join them, with its plan's weight (default 1).
+    assert basis == LaneShare(slots=slots, weight=3.0, active_weight=4.0, cap=None, share=0.75)
+    # A user with nothing queued is assumed to join them, with its plan's weight (default 1): an organisation of
+    # one of weight 1 (tests/organisations/test_estimates.py has members of one).
     assert lane_share_basis(user_id=carol.pk).active_weight == 5.0
+    assert lane_share_basis(user_id=carol.pk).share == pytest.approx(1 / 5)
