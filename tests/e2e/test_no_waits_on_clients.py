@@ -1,5 +1,5 @@
 """No database transaction waits on a client (issue 31): a client trickling
-one byte a second into an upload part for 20 s holds a web thread and
+one byte a second into an upload part for a minute holds a web thread and
 nothing else. Meanwhile another user creates, sends, completes and claims
 uploads through the same web server, a real worker processes them (writing
 progress as it goes), and a progress write like a worker's is timed: none
@@ -32,7 +32,7 @@ from uploads import services
 from uploads.models import Job, Upload
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-TRICKLE_S = 20  # twenty times the bound: a lock held while a client sends would show
+TRICKLE_S = 60  # as issue 31 asks
 BOUND_S = 1.0
 
 
@@ -138,4 +138,4 @@ def test_a_client_trickling_into_an_upload_makes_nobody_else_wait(disk_world, ma
     slowest = max(waits, key=lambda w: w[1])
     print(f"\n{len(jobs)} uploads claimed while a client trickled; slowest request or write: {slowest[0]} "
           f"{slowest[1] * 1000:.0f} ms")
-    assert len(jobs) >= 10 and slowest[1] < BOUND_S, (slowest, len(jobs))
+    assert len(jobs) >= 20 and slowest[1] < BOUND_S, (slowest, len(jobs))
