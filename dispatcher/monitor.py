@@ -81,6 +81,7 @@ class Held:
     event: dict
     tag: str
     key: str
+    group: str | None = None  # its organisation (the policy's group), if any
 
 
 def announce_held(app: Celery, jobs: Iterable[Held]) -> None:
@@ -89,7 +90,9 @@ def announce_held(app: Celery, jobs: Iterable[Held]) -> None:
     release puts the tag wherever the placeholder is, root id included)."""
     _send(app, [{**held.event, **{field: held.event[field].replace(RELEASE_TAG, held.tag)
                                   for field in ("uuid", "root_id") if held.event.get(field)},
-                 "kwargs": repr({"owner": owner_label(held.key)})} for held in jobs])
+                 "kwargs": repr({"owner": owner_label(held.key),
+                                 **({"organisation": group_label(held.group)} if held.group else {})})}
+                for held in jobs])
 
 
 def announce_canceled(app: Celery, held: Iterable[tuple[str, str, str]]) -> None:
@@ -212,3 +215,15 @@ def owner_label(key: str) -> str:
 
     name = get_user_model().objects.filter(pk=int(key)).values_list("username", flat=True).first()
     return name or key
+
+
+@functools.lru_cache(maxsize=10_000)
+def group_label(group: str) -> str:
+    """A group (an organisation) as people know it: its name, from
+    FAIR_GROUP_NAMES (the dispatcher does not know organisations), cached
+    per process like owner_label; the group itself when it has none."""
+    if not settings.FAIR_GROUP_NAMES:
+        return group
+    from django.utils.module_loading import import_string
+
+    return import_string(settings.FAIR_GROUP_NAMES)(keys=[group]).get(group, group)

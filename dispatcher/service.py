@@ -167,7 +167,7 @@ def enqueue(
         task_id, fair_key, cost=cost, payload=built.body, due=due, delay_s=delay_s, tag=tag, **policy.submit_fields(),
     )
     if accepted:
-        monitor.announce_held(celery_app(), [monitor.Held(built.event, tag, fair_key)])
+        monitor.announce_held(celery_app(), [monitor.Held(built.event, tag, fair_key, policy.group)])
     return accepted
 
 
@@ -215,7 +215,7 @@ def enqueue_many(submissions: list[Submission]) -> int:
                                           sub.options, policy.group), message.new_tag()
                     sched.submit(sub.task_id, sub.fair_key, cost=sub.cost, payload=built.body, due=sub.due, tag=tag,
                                  client=pipe, **policy.submit_fields())
-                    held.append(monitor.Held(built.event, tag, sub.fair_key))
+                    held.append(monitor.Held(built.event, tag, sub.fair_key, policy.group))
                 results = pipe.execute()
             accepted += sum(1 for ok in results if ok)
             monitor.announce_held(celery_app(), [h for h, ok in zip(held, results) if ok])
@@ -260,7 +260,8 @@ def hand_back(
         built, tag = _message(sched, task_name, args, task_id, fair_key, options,
                               policy.group if policy else None), message.new_tag()
         if sched.requeue(task_id, actual_cost=actual_cost, delay_s=delay_s, payload=built.body, tag=tag):
-            monitor.announce_held(celery_app(), [monitor.Held(built.event, tag, fair_key)])
+            monitor.announce_held(celery_app(), [monitor.Held(built.event, tag, fair_key,
+                                                              policy.group if policy else None)])
             sched.release()
             return
     enqueue(task_name, args, task_id=task_id, fair_key=fair_key, cost=cost, policy=policy, delay_s=delay_s,

@@ -31,6 +31,7 @@ _EXPORTS = {
     "Belonging": "organisations.selectors",
     "GroupPlan": "organisations.selectors",
     "lane_plans": "organisations.selectors",
+    "organisation_names": "organisations.selectors",
     "organisations_of": "organisations.selectors",
     "plan_on": "organisations.selectors",
     "members_move": "organisations.services",

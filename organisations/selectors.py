@@ -83,6 +83,15 @@ class Belonging:
     name: str
 
 
+def organisation_names(*, keys: Iterable[str]) -> dict[str, str]:
+    """The names of the organisations whose group keys ("org:<id>") are
+    given, in one query; other keys are left out (Flower's labels)."""
+    ids = {int(k[4:]) for k in keys if k.startswith("org:") and k[4:].isdigit()}
+    if not ids:
+        return {}
+    return {fair_key(pk): name for pk, name in Organisation.objects.filter(pk__in=ids).values_list("pk", "name")}
+
+
 def organisations_of(*, user_ids: Iterable[int]) -> dict[int, Belonging]:
     """Each user's organisation (users without one left out), in one query."""
     ids = set(user_ids)

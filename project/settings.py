@@ -436,6 +436,9 @@ FAIR_POLICY_PROVIDER = "uploads.services.fair_policies"
 # callable(user_ids=) -> {user id: (.key, .name)}: each user's organisation
 # (the dispatcher's group), which the staff page groups users under.
 FAIR_GROUP_PROVIDER = "organisations.selectors.organisations_of"
+# callable(keys=) -> {group key: name}: organisations by name in Flower's
+# held jobs (dispatcher/monitor.py); empty: the group keys as they are.
+FAIR_GROUP_NAMES = "organisations.selectors.organisation_names"
 
 # --- Email -----------------------------------------------------------------------
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

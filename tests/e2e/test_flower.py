@@ -80,7 +80,8 @@ def test_flower_lists_a_held_job_as_pending_with_its_owner_until_it_is_canceled(
         return next((t for t in tasks.values() if t["uuid"].startswith(f"{job_id}@")
                      and all(v in str(t.get(k)) for k, v in expected.items())), None)
 
-    held = wait_for(lambda: entry(kwargs="'owner': 'patient'"), 30, "the held job in Flower")
+    # With the organisation it was submitted in: alone, the organisation of one named after them.
+    held = wait_for(lambda: entry(kwargs="'owner': 'patient', 'organisation': 'patient'"), 30, "the held job in Flower")
     assert held["state"] == "PENDING" and held["name"] == "transcoding.job_run" and held["args"] == f"['{job_id}']"
     assert Job.objects.get(id=job_id).status == "queued"  # held by the dispatcher until its time
 
