@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-properties install bench-fairness bench-handover bench-redis-cost bench-media bench-notify bench-storage bench-scale bench-chunks bench-upload clean stop
+.PHONY: run test test-fast test-properties install bench-fairness bench-handover bench-redis-cost bench-media bench-notify bench-storage bench-scale bench-chunks bench-upload bench-estimates clean stop
 
 install: $(STAMP)
 
@@ -71,6 +71,13 @@ bench-chunks: install
 # Smaller: make bench-upload ARGS="--large-bytes 200000000"
 bench-upload: install
 	$(BIN)/python -m bench.upload $(ARGS)
+
+# How far the batch finish estimate is from the real finish: 2,000 images
+# and 200 short videos, alone and with a heavy user arriving half-way, on
+# real workers (about an hour on a shared 2-core machine). Smaller:
+# make bench-estimates ARGS="--images 400 --videos 40"
+bench-estimates: install
+	$(BIN)/python -m bench.estimates $(ARGS)
 
 # One day of a Filestage-shaped workload on an autoscaled cluster, simulated
 # through the dispatcher's own Lua on a private Redis: scale on jobs against
