@@ -136,7 +136,8 @@ def test_the_users_admin_page_edits_the_limits_and_refuses_bad_ones_saying_why(a
     bad = {**form, "fair_profile-0-max_queued_jobs": "0", "fair_profile-0-api_reads_per_min": "100001"}
     resp = admin_client.post(page, bad)
     assert resp.status_code == 200  # the page again, with its errors
-    [inline] = resp.context["inline_admin_formsets"]
+    # The plan's inline (the page also has the user's organisation).
+    [inline] = [i for i in resp.context["inline_admin_formsets"] if i.formset.prefix == "fair_profile"]
     errors = inline.formset.forms[0].errors
     assert "greater than or equal to 1" in errors["max_queued_jobs"][0]
     assert "less than or equal to 100000" in errors["api_reads_per_min"][0]
