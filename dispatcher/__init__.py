@@ -70,7 +70,8 @@ each level (Goyal, Guo and Vin 1996, hierarchical SFQ): over any interval
 in which groups A and B stay backlogged, the worker time W they receive
 satisfies |W_A / w_A - W_B / w_B| <= c_A / w_A + c_B / w_B (c: the largest
 job of each), whatever the other groups do, and within a group the same
-holds between its backlogged keys, of the time the group received. A
+holds between its backlogged keys, of the time the group received (plus
+one cost correction per key: see below). A
 newcomer group starts at V, the start of the job released last, at most
 one job's charge behind every busy group, so its first job is released
 next and starts after at most about one window of completions, however
@@ -79,9 +80,12 @@ within its group. Caps and token-bucket rates apply at both levels: a key
 at its cap or out of tokens leaves its group's eligible keys (its group
 stays eligible while another key can go), a group at its cap or out of
 tokens leaves the lane's sorted set with all its keys; a finish or a token
-puts each back. A release costs one more sorted-set read and write and one
-more read of the lane's hash for a named group's key (O(log groups) + O(log
-members)), nothing more for a key of its own group.
+puts each back. A named group's member costs a release two commands more
+(its group's sorted set of members read and written: O(log groups) +
+O(log members)), nothing more for a key of its own group; to save one
+more, a finish's correction moves the key's place among its group's
+members only at its next release (it counts one job late within the
+group; at the lane's level it counts at once).
 
 Only a window of jobs is released at a time: the live workers' slots plus a
 headroom of queued jobs, none on the cpu lane (a finish releases into its

@@ -473,7 +473,6 @@ class FairScheduler:
         groups = [_text(row[4]) if row[4] is not None else f"@k:{k}" for k, row in zip(keys, rows)]
         with self._client.pipeline(transaction=False) as pipe:
             for k, group in zip(keys, groups):
-                pipe.hget(p + "h", f"m1|{group}")
                 pipe.zscore(p + "ma:" + group, k)
                 pipe.sismember(p + "mc:" + group, k)
                 pipe.zscore(p + "mthrottled", k)
@@ -486,8 +485,10 @@ class FairScheduler:
             b, n, w, cap, _ = rows[i]
             if b is None and n is None and w is None and cap is None:
                 continue
-            m1, scored, capped, throttled, g_active, g_capped, g_throttled = where[7 * i:7 * i + 7]
-            eligible = (m1 is not None and _text(m1) == k) or scored is not None
+            scored, capped, throttled, g_active, g_capped, g_throttled = where[6 * i:6 * i + 6]
+            # A key of its own group is eligible when its group is in one of the lane's sets.
+            eligible = scored is not None or (group.startswith("@k:") and (
+                g_active is not None or bool(g_capped) or g_throttled is not None))
             if capped:
                 state = "capped"
             elif throttled is not None:

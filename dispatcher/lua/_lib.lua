@@ -102,13 +102,15 @@ local function backlog(k) return P .. 'q:' .. k end
 -- fairness keys: users). A group is named, in the tables below and in H,
 -- '@g:' .. its name, or '@k:' .. k for a key submitted without one (a group
 -- of its own: one level, exactly as before groups). Keys may not begin with
--- '@'. `active`, `capped` and `throttled` hold groups; a group's eligible
--- members (see `enter_members`) are its field m1 when there is one, else
--- the sorted set members(G); its members at their cap the set
--- capped_members(G); members out of rate tokens the lane's `mthrottled`.
+-- '@'. `active`, `capped` and `throttled` hold groups; a named group's
+-- eligible members (see `enter_members`) are in the sorted set
+-- members(G) (a group of its own has one member, its key: no set); its
+-- members at their cap in the set capped_members(G); members out of rate
+-- tokens in the lane's `mthrottled`.
 local function members(G) return P .. 'ma:' .. G end
 local function capped_members(G) return P .. 'mc:' .. G end
 local function solo(k) return '@k:' .. k end
+local function is_solo(G) return string.sub(G, 1, 3) == '@k:' end
 
 -- The per-call cache of H. Every script reads a field of H at most once,
 -- changes it in these tables, and every changed field is written with one
@@ -164,12 +166,15 @@ local META_FIELDS = {'V', 'nd', 'ws', 'wn', 'wu', 'wa', 'fl', 'lp', 'sq', 'aw', 
 -- knows whether the key stays eligible without asking) and x (the list's
 -- stale entries: jobs that left from the middle of the backlog, which a
 -- release skips when it reaches them; see `leave_backlog`); g, its group
--- when it has a named one. A group's fields are a key's (vt, its virtual
--- time in the lane; w, cap, rate, bucket and pol, its own settings; b and n,
--- its members' jobs waiting and in flight) and gv (the virtual clock of its
--- members), me (how many members are eligible), m1 (the one, when one is),
--- mw (the weights, in millionths, of its members with work).
-local KEY_FIELDS = {'vt', 'w', 'cap', 'rate', 'bucket', 'n', 'pol', 'b', 'x', 'g', 'gv', 'me', 'm1', 'mw'}
+-- when it has a named one. A group's fields (GROUP_FIELDS) are vt, its
+-- virtual time in the lane; w, cap, rate, bucket and pol, its own
+-- settings; b and n, its members' jobs waiting and in flight; gv (the
+-- virtual clock of its members), me (how many members are eligible), mw
+-- (the weights, in millionths, of its members with work). Each read asks
+-- only for its kind's fields: every field read is Lua work on every call.
+local KEY_FIELDS = {'vt', 'w', 'cap', 'rate', 'bucket', 'n', 'pol', 'b', 'x', 'g'}
+local GROUP_FIELDS = {'vt', 'w', 'cap', 'rate', 'bucket', 'n', 'pol', 'b', 'gv', 'me', 'mw'}
+local function fields_of(name) return string.byte(name, 1) == 64 and GROUP_FIELDS or KEY_FIELDS end  -- 64: '@'
 
 -- One HMGET for whichever of the lane's numbers (`with_meta`), the fields
 -- of key or group k (nil, a name or a list of names) and the job fields
@@ -180,13 +185,12 @@ local function prefetch(with_meta, k, jobs)
   if load_meta then
     for i, f in ipairs(META_FIELDS) do fields[i] = f end
   end
-  local after_meta = #fields
   local load = {}
   for _, name in ipairs(type(k) == 'table' and k or {k}) do
     if name and not key_cache[name] and not load[name] then
       load[#load + 1] = name
-      load[name] = true
-      for _, f in ipairs(KEY_FIELDS) do fields[#fields + 1] = f .. '|' .. name end
+      load[name] = #fields
+      for _, f in ipairs(fields_of(name)) do fields[#fields + 1] = f .. '|' .. name end
     end
   end
   local after_key = #fields
@@ -201,9 +205,9 @@ local function prefetch(with_meta, k, jobs)
     meta = {}
     for i, f in ipairs(META_FIELDS) do meta[f] = raw[i] end
   end
-  for j, name in ipairs(load) do
-    local info = {}
-    for i, f in ipairs(KEY_FIELDS) do info[f] = raw[after_meta + (j - 1) * #KEY_FIELDS + i] end
+  for _, name in ipairs(load) do
+    local info, at = {}, load[name]
+    for i, f in ipairs(fields_of(name)) do info[f] = raw[at + i] end
     key_cache[name] = info
   end
   for i = after_key + 1, #fields do job_val[fields[i]] = raw[i] end
@@ -449,14 +453,14 @@ local function note_due(at)
 end
 
 -- Invariants kept by every script. A key is in exactly one of its group's
--- eligible members (m1 or members(G)), capped_members(G) and `mthrottled`
--- exactly when its backlog is not empty. A group is in exactly one of
--- `active`, `capped` and `throttled` exactly when it has an eligible member
--- (me > 0); its eligible members are in m1 when there is one, in members(G)
--- when there are more (so that a group of one member, the common case, costs
--- no sorted set). A (re)activating key starts at max(its vt, its group's
--- clock gv), a group at max(its vt, V): time spent idle earns no credit, at
--- either level.
+-- eligible members, capped_members(G) and `mthrottled` exactly when its
+-- backlog is not empty. A group is in exactly one of `active`, `capped` and
+-- `throttled` exactly when it has an eligible member (me > 0). A named
+-- group's eligible members are members(G), scored by their virtual start
+-- within the group while there are two or more (a sole member's score is
+-- not kept: it is set afresh when a second one comes). A (re)activating key
+-- starts at max(its vt, its group's clock gv), a group at max(its vt, V):
+-- time spent idle earns no credit, at either level.
 local function eligible_count(G) return tonumber(key(G).me) or 0 end
 
 -- Key k parks at its cap in group G / leaves that parking (returns whether
@@ -481,18 +485,17 @@ local function member_start(k, G) return math.max(vt_of(k), tonumber(key(G).gv) 
 local function enter_members(G, k)
   local n = eligible_count(G)
   count_field(G, 'me', n + 1)
-  if n == 0 then
-    kset(G, 'm1', k)
-    redis.call('ZADD', ACTIVE, fmt(group_start(G)), G)
-    return true
-  end
-  local sole = key(G).m1
-  if sole then  -- a second one: both into the sorted set
+  if is_solo(G) then
+  elseif n == 1 then  -- a second one: the first's start is set afresh beside it
+    local sole = redis.call('ZRANGE', members(G), 0, 0)[1]
     prefetch(false, {sole, k})
     redis.call('ZADD', members(G), fmt(member_start(sole, G)), sole, fmt(member_start(k, G)), k)
-    kset(G, 'm1', false)
   else
     redis.call('ZADD', members(G), fmt(member_start(k, G)), k)
+  end
+  if n == 0 then
+    redis.call('ZADD', ACTIVE, fmt(group_start(G)), G)
+    return true
   end
   return false
 end
@@ -500,21 +503,12 @@ end
 -- Key k stops being eligible in group G (parked at its cap or for a
 -- token, or its backlog empty); nothing when it was not. The last one to
 -- go takes the group out of the lane's sets (`where`: the one set it is
--- known to be in, else all three are asked); when one is left, it moves to m1.
+-- known to be in, else all three are asked).
 local function leave_members(G, k, where)
   local n = eligible_count(G)
-  if n == 0 then return end
-  if key(G).m1 == k then
-    kset(G, 'm1', false)
-  elseif n == 1 or redis.call('ZREM', members(G), k) == 0 then
-    return
-  end
+  if n == 0 or (not is_solo(G) and redis.call('ZREM', members(G), k) == 0) then return end
   count_field(G, 'me', n - 1)
-  if n - 1 == 1 then
-    local rest = redis.call('ZRANGE', members(G), 0, 0)[1]
-    redis.call('DEL', members(G))
-    kset(G, 'm1', rest)
-  elseif n - 1 == 0 then
+  if n == 1 then
     if where then
       redis.call(where == CAPPED and 'SREM' or 'ZREM', where, G)
     else
@@ -527,7 +521,8 @@ end
 
 -- Whether key k is eligible in its group G.
 local function is_eligible(k, G)
-  return key(G).m1 == k or (eligible_count(G) >= 2 and redis.call('ZSCORE', members(G), k) ~= false)
+  if eligible_count(G) == 0 then return false end
+  return is_solo(G) or redis.call('ZSCORE', members(G), k) ~= false
 end
 
 -- The way in for a key with work: it becomes eligible unless it is already,
@@ -571,16 +566,14 @@ end
 
 -- Cost correction or refund, `delta` in worker seconds (actual less
 -- charged), at both levels: key k's virtual time by delta / its weight,
--- its group's by delta / the group's. Each one's place in its set, if it
--- has one (XX), follows, never below its clock (gv, V), which only move
--- forward. A group's only eligible member (m1) has no place to move.
+-- its group's by delta / the group's. The group's place in `active`, if
+-- it has one (XX), follows, never below V, which only moves forward. A
+-- key's place among its group's members is left as it is (a command per
+-- finish saved): its corrected vt counts from its next release on, so a
+-- correction reaches the order within a group one job late.
 local function adjust_vt(k, delta)
   local G = group_of(k)
-  local vt = vt_of(k) + delta / weight(k)
-  kset(k, 'vt', fmt(vt))
-  if backlog_of(k) > 0 and eligible_count(G) >= 2 then
-    redis.call('ZADD', members(G), 'XX', fmt(math.max(vt, tonumber(key(G).gv) or 0)), k)
-  end
+  kset(k, 'vt', fmt(vt_of(k) + delta / weight(k)))
   local gvt = vt_of(G) + delta / weight(G)
   kset(G, 'vt', fmt(gvt))
   if eligible_count(G) > 0 then redis.call('ZADD', ACTIVE, 'XX', fmt(math.max(gvt, vclock())), G) end
@@ -842,13 +835,14 @@ local function release(now_arg, lease_s, default_window, headroom, limit)
   while room > 0 do
     local G = redis.call('ZRANGE', ACTIVE, 0, 0)[1]
     if not G then break end
-    -- Its next key: a group of its own's key, by its name; else its one
-    -- eligible key (m1, a field of the group) or the first of members(G).
+    -- Its next key: a group of its own's key, by its name; else the first
+    -- of members(G) (without reading the group's fields first: the pop
+    -- below reads them with the key's and the job's).
     local k
-    if string.sub(G, 1, 3) == '@k:' then
+    if is_solo(G) then
       k = string.sub(G, 4)
     else
-      k = key(G).m1 or redis.call('ZRANGE', members(G), 0, 0)[1]
+      k = redis.call('ZRANGE', members(G), 0, 0)[1]
     end
     -- Its next job is popped first (stale entries on the way dropped), so
     -- that one HMGET reads the key's and group's fields, if the call has
@@ -861,7 +855,6 @@ local function release(now_arg, lease_s, default_window, headroom, limit)
       -- No eligible key while me said there was one: the group leaves `active`, rather than stall it.
       redis.call('ZREM', ACTIVE, G)
       count_field(G, 'me', 0)
-      kset(G, 'm1', false)
     elseif not id then
       -- The list ran out of live entries while b said there were some:
       -- b is set right and the key stops being eligible.
@@ -906,7 +899,7 @@ local function release(now_arg, lease_s, default_window, headroom, limit)
       end
       local message, g_finish = send(id, k, G, job.c, job_val[payload_field(id)], job.t or tag, now, lease_s)
       if left > 0 then
-        if eligible_count(G) >= 2 then redis.call('ZADD', members(G), fmt(vt_of(k)), k) end
+        if eligible_count(G) >= 2 and not is_solo(G) then redis.call('ZADD', members(G), fmt(vt_of(k)), k) end
       else
         leave_members(G, k, ACTIVE)
       end

@@ -12,7 +12,7 @@ for _, G in ipairs(redis.call('ZRANGE', THROTTLED, 0, -1)) do group_states[G] = 
 -- An eligible key is as its group is: active, or parked with it at the
 -- group's cap or for the group's token.
 for G, group_state in pairs(group_states) do
-  if key(G).m1 then states[key(G).m1] = group_state end
+  if is_solo(G) then states[string.sub(G, 4)] = group_state end
   for _, k in ipairs(redis.call('ZRANGE', members(G), 0, -1)) do states[k] = group_state end
   for _, k in ipairs(redis.call('SMEMBERS', capped_members(G))) do states[k] = 'capped' end
 end
