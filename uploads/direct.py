@@ -299,7 +299,10 @@ def direct_uploads_complete(*, owner: AbstractBaseUser, upload_ids: list) -> lis
     naming what is missing. The store's calls run in threads; the rows are
     written here, in this thread (whose connection may be a test's
     transaction)."""
-    uploads = _owned_many(owner, upload_ids)
+    return _complete(_owned_many(owner, upload_ids))
+
+
+def _complete(uploads: list[DirectUpload]) -> list[DirectUpload]:
     open_ = [u for u in uploads if u.state == DirectUpload.State.OPEN]
     refused = _complete_single_puts([u for u in open_ if not u.multipart_id])
     # Every upload the store did complete is recorded, even when another
@@ -315,10 +318,13 @@ def direct_uploads_complete(*, owner: AbstractBaseUser, upload_ids: list) -> lis
     return uploads
 
 
-def _owned_many(owner: AbstractBaseUser, upload_ids: list) -> list[DirectUpload]:
-    """`_owned` for many, in one query."""
+def _owned_many(owner: AbstractBaseUser, upload_ids: list,
+                found: dict[str, DirectUpload] | None = None) -> list[DirectUpload]:
+    """`_owned` for many, in one query (none when the caller has `found`
+    them already: {id: row} of the owner's)."""
     ids = list(dict.fromkeys(str(i) for i in upload_ids))
-    found = {str(u.id): u for u in DirectUpload.objects.filter(owner=owner, id__in=ids)}
+    if found is None:
+        found = {str(u.id): u for u in DirectUpload.objects.filter(owner=owner, id__in=ids)}
     if len(found) < len(ids):
         raise ApplicationError("not_found", "No such upload.", status_code=404,
                                extra={"uploads": [i for i in ids if i not in found]})
@@ -451,7 +457,7 @@ def uploads_create_from_direct(*, owner: AbstractBaseUser, upload_ids: list,
                                extra={"direct": missing})
     # Before the store is asked to complete them (uploads_record counts again, under the lock, to create them).
     limits.queued_jobs_check(adding={owner.pk: len(ids)}, first_look=True)
-    uploads = direct_uploads_complete(owner=owner, upload_ids=ids)
+    uploads = _complete(_owned_many(owner, ids, found=found))  # the rows read above: not read again
 
     def claim() -> None:
         taken, _ = DirectUpload.objects.filter(owner=owner, id__in=ids, state=DirectUpload.State.COMPLETE).delete()

@@ -102,10 +102,13 @@ def _url(u: direct.PartUrl) -> dict:
     return {"number": u.number, "size": u.size, "url": u.url, "headers": u.headers}
 
 
-def _created(upload: DirectUpload, urls: list[direct.PartUrl]) -> dict:
-    body = DirectUploadSerializer(upload).data
-    body["urls"] = [_url(u) for u in urls]
-    return body
+def _created(created: list[tuple[DirectUpload, list[direct.PartUrl]]]) -> list[dict]:
+    """The uploads with their URLs, serialized as one list: a serializer per
+    upload would build its fields again for each (~1 ms of CPU a file)."""
+    bodies = DirectUploadSerializer([upload for upload, _ in created], many=True).data
+    for body, (_, urls) in zip(bodies, created):
+        body["urls"] = [_url(u) for u in urls]
+    return bodies
 
 
 class _UploadingApi(APIView):
@@ -130,7 +133,7 @@ class DirectUploadListApi(_UploadingApi):
         params.is_valid(raise_exception=True)
         created = direct.direct_uploads_create(owner=request.user, files=[
             direct.NewFile(f["filename"], f["size"], f["content_type"]) for f in params.validated_data["files"]])
-        return Response({"uploads": [_created(upload, urls) for upload, urls in created]},
+        return Response({"uploads": _created(created)},
                         status=status.HTTP_201_CREATED)
 
 
