@@ -87,6 +87,13 @@ bench-estimates: install
 bench-autoscale: install
 	$(BIN)/python -m bench.autoscale $(ARGS)
 
+# Time to first playable: upload accepted -> first frame in Chromium through
+# HLS, growing playlists against waiting for the finished ladder, 10 s and
+# 60 s 1080p; ARGS="--long" adds a 10-minute source (chunked).
+.PHONY: bench-ttfp
+bench-ttfp: install
+	$(BIN)/python -m bench.ttfp $(ARGS)
+
 clean:
 	rm -rf var/ $(VENV)
 
