@@ -184,3 +184,13 @@ def test_an_upload_while_the_store_is_down_answers_503_and_stores_nothing(dead_s
     assert resp.status_code == 503
     assert resp.json()["error"]["code"] == "storage_unavailable"
     assert not Upload.objects.exists() and not Job.objects.exists()
+
+
+def test_a_web_worker_builds_its_s3_clients_as_it_boots(s3_storage):
+    """project/wsgi.py calls warm_clients: the first upload request of a
+    worker then finds both clients made (about a quarter of a second of CPU)."""
+    store._shared_clients.clear()
+    store.warm_clients()
+    built = dict(store._shared_clients)
+    assert set(built) == {(os.getpid(), "default"), (os.getpid(), "public")}
+    assert store._client("public") is built[(os.getpid(), "public")][1]
