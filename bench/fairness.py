@@ -101,7 +101,10 @@ class Runner:
                                                    timeout=5)
             self.consumed.add(key)
 
-    def submit(self, mode: str, key: str, cost_ms: float, *, task: str = "bench.cpu.spin", weight: float = 1.0) -> str:
+    def submit(self, mode: str, key: str, cost_ms: float, *, task: str = "bench.cpu.spin", weight: float = 1.0,
+               group: str | None = None, group_weight: float = 1.0) -> str:
+        """One job of user `key` (a member of organisation `group`, which only
+        the fair mode knows: the plain modes have no notion of one)."""
         from bench.plain_celery import user_queue
 
         self.seq += 1
@@ -115,7 +118,8 @@ class Runner:
             self.per_user_app.send_task(task, args=args, task_id=job_id, queue=user_queue(key))
         else:
             self.dispatch.enqueue(task, args, task_id=job_id, fair_key=key, cost=cost_ms / 1000.0,
-                                  policy=self.dispatch.KeyPolicy(weight=weight))
+                                  policy=self.dispatch.KeyPolicy(weight=weight, group=group,
+                                                                 group_weight=group_weight))
         return job_id
 
     def wait_all(self, timeout: float = 600) -> dict[str, dict]:
@@ -365,6 +369,93 @@ def weighted(r: Runner, mode: str) -> dict:
             "jain_weighted": round(jain([s[k] / weights[k] for k in weights]), 4)}
 
 
+def org_backlogged(runs: dict[str, dict], members: dict[str, str]) -> tuple[float, float, dict[str, float]]:
+    """The interval in which every organisation (members: user -> its
+    organisation) had a backlog, and each organisation's share of the
+    worker time in it."""
+    orgs = sorted(set(members.values()))
+    first = min(r["start"] for r in runs.values() if r["key"] in members)
+    end = min(max(r["start"] for r in runs.values() if members.get(r["key"]) == o) for o in orgs)
+    by_key = shares(runs, list(members), first, end)
+    return first, end, {o: sum(v for k, v in by_key.items() if members[k] == o) for o in orgs}
+
+
+ORG_JOB_MS = 30
+ORG_A_MEMBERS = 50
+
+
+def organisations(r: Runner, mode: str) -> dict:
+    """Organisation A's 50 members flood (8 jobs each) against organisation
+    B's one member (400 jobs), submitted round by round; equal weights.
+    Per-user fairness gives A 50 shares to B's one (~0.98:0.02); two
+    levels give 0.5:0.5."""
+    r.reset()
+    members = {f"orgA-{i}": "A" for i in range(ORG_A_MEMBERS)} | {"orgB-0": "B"}
+    for _ in range(8):
+        for i in range(ORG_A_MEMBERS):
+            r.submit(mode, f"orgA-{i}", ORG_JOB_MS, group="A")
+        for _ in range(ORG_A_MEMBERS):
+            r.submit(mode, "orgB-0", ORG_JOB_MS, group="B")
+    first, end, s = org_backlogged(r.wait_all(), members)
+    return {"shares": {o: round(v, 4) for o, v in s.items()}, "interval_s": round(end - first, 2)}
+
+
+def organisation_weights(r: Runner, mode: str) -> dict:
+    """Organisations weighted 1:3, two members in A and one in B, all
+    backlogged (30 ms jobs): worker time 0.25:0.75."""
+    r.reset()
+    members = {"owA-0": "A", "owA-1": "A", "owB-0": "B"}
+    for _ in range(200):
+        for key, org in members.items():
+            r.submit(mode, key, ORG_JOB_MS, group=org, group_weight=1.0 if org == "A" else 3.0)
+    first, end, s = org_backlogged(r.wait_all(), members)
+    return {"shares": {o: round(v, 4) for o, v in s.items()}, "interval_s": round(end - first, 2)}
+
+
+def organisation_members(r: Runner, mode: str) -> dict:
+    """Within organisation A, members weighted 1:2 (B, one member, beside
+    it): A's time splits 1:2 between them."""
+    r.reset()
+    keys = {"omA-1": 1.0, "omA-2": 2.0}
+    for _ in range(300):
+        for key, w in keys.items():
+            r.submit(mode, key, ORG_JOB_MS, weight=w, group="A")
+        r.submit(mode, "omB-0", ORG_JOB_MS, group="B")
+    runs = r.wait_all()
+    first, end = backlogged_interval(runs, list(keys))
+    s = shares(runs, list(keys), first, end)
+    return {"shares": {k: round(v, 4) for k, v in s.items()}, "ratio": round(s["omA-2"] / s["omA-1"], 3),
+            "interval_s": round(end - first, 2)}
+
+
+ORG_NEWCOMER_ROUNDS = 3
+
+
+def organisation_newcomer(r: Runner) -> dict:
+    """A's 50 members hold 200 jobs of SERVICE_MS; once the workers are
+    busy with them, organisation B's first job arrives: how long it waits
+    (median of ORG_NEWCOMER_ROUNDS, modes interleaved). Two levels: about
+    one job's time, whatever A holds."""
+    waits_ms: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for i in range(ORG_NEWCOMER_ROUNDS):
+        for mode in MODES:
+            r.reset()
+            for _ in range(4):
+                for m in range(ORG_A_MEMBERS):
+                    r.submit(mode, f"onA-{m}", SERVICE_MS, group="A")
+            time.sleep(1.0)
+            job_id = r.submit(mode, f"onB-{mode}-{i}-{os.getpid()}", SERVICE_MS, group=f"B-{mode}-{i}")
+            deadline = time.monotonic() + 120
+            while not r.redis.hexists(r.runs_key, job_id):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{job_id} did not run")
+                time.sleep(0.02)
+            run = json.loads(r.redis.hget(r.runs_key, job_id))
+            waits_ms[mode].append((run["start"] - r.submitted[job_id]) * 1000)
+    return {mode: {"rounds_ms": [round(x, 1) for x in xs], "wait_ms": round(statistics.median(xs), 1)}
+            for mode, xs in waits_ms.items()}
+
+
 NOOP_USERS = 200
 
 
@@ -502,6 +593,23 @@ def evaluate(res: dict) -> dict:
         "two_heavy_within_10pct_of_equal": {
             "max_deviation": res["two_heavy"]["fair"]["max_share_deviation"],
             "pass": res["two_heavy"]["fair"]["max_share_deviation"] <= 0.10},
+        **organisation_targets(res),
+    }
+
+
+def organisation_targets(res: dict) -> dict:
+    """Issue 34's: organisations share by weight, members within them."""
+    org, weights = res["organisations"]["fair"]["shares"], res["organisation_weights"]["fair"]["shares"]
+    members, newcomer = res["organisation_members"]["fair"], res["organisation_newcomer"]["fair"]
+    return {
+        "organisations_50_members_vs_1_share_050_pm_005": {
+            "shares": org, "pass": abs(org["A"] - 0.5) <= 0.05 and abs(org["B"] - 0.5) <= 0.05},
+        "organisation_weights_1_3_share_025_075_pm_005": {
+            "shares": weights, "pass": abs(weights["A"] - 0.25) <= 0.05 and abs(weights["B"] - 0.75) <= 0.05},
+        "organisation_members_1_2_within_5pct": {
+            "ratio": members["ratio"], "pass": abs(members["ratio"] / 2 - 1) <= 0.05},
+        "organisation_newcomer_waits_within_one_job": {
+            "wait_ms": newcomer["wait_ms"], "limit_ms": SERVICE_MS + 50, "pass": newcomer["wait_ms"] <= SERVICE_MS + 50},
     }
 
 
@@ -556,6 +664,21 @@ def table(res: dict, targets: dict) -> str:
     row(f"release p99, {int(small):,} vs {int(big):,} backlogged users",
         ["", "", f"{sc[small]['release']['p99_us']:.0f} vs {sc[big]['release']['p99_us']:.0f} us"], "flat",
         "release_p99_flat_10_to_100000_users")
+    o = res["organisations"]
+    row(f"organisation of {ORG_A_MEMBERS} members vs one of 1: shares A : B",
+        [f"{o[m]['shares']['A']:.3f} : {o[m]['shares']['B']:.3f}" for m in MODES], "0.50 : 0.50 +-0.05",
+        "organisations_50_members_vs_1_share_050_pm_005")
+    ow = res["organisation_weights"]
+    row("organisations weighted 1:3: shares A : B",
+        [f"{ow[m]['shares']['A']:.3f} : {ow[m]['shares']['B']:.3f}" for m in MODES], "0.25 : 0.75 +-0.05",
+        "organisation_weights_1_3_share_025_075_pm_005")
+    om = res["organisation_members"]
+    row("members weighted 1:2 within an organisation: ratio", [f"{om[m]['ratio']:.2f}" for m in MODES],
+        "2 +-5%", "organisation_members_1_2_within_5pct")
+    on = res["organisation_newcomer"]
+    row(f"a newcomer organisation's first job behind {ORG_A_MEMBERS} members' backlog: wait (median of "
+        f"{ORG_NEWCOMER_ROUNDS})", [f"{on[m]['wait_ms']:.0f} ms" for m in MODES], f"<= {SERVICE_MS + 50} ms",
+        "organisation_newcomer_waits_within_one_job")
     return markdown_table(rows)
 
 
@@ -617,7 +740,8 @@ def start_workers(env: Environment, modes: tuple[str, ...] = MODES, *, include: 
             for mode, (queue, name, app, own) in specs.items() if mode in modes}
 
 
-SCENARIOS = ("burst_200", "burst_2000", "two_heavy", "two_heavy_20ms", "weighted", "alone", "newcomer", "noop", "scale")
+SCENARIOS = ("burst_200", "burst_2000", "two_heavy", "two_heavy_20ms", "weighted", "alone", "newcomer", "noop", "scale",
+             "organisations", "organisation_weights", "organisation_members", "organisation_newcomer")
 
 
 def main() -> int:
@@ -633,7 +757,9 @@ def main() -> int:
         res: dict = {}
         per_mode = {"burst_200": lambda m: burst(r, m, 200), "burst_2000": lambda m: burst(r, m, 2000),
                     **{name: (lambda m, ms=ms: two_heavy(r, m, *ms)) for name, ms in TWO_HEAVY_MS.items()},
-                    "weighted": lambda m: weighted(r, m)}
+                    "weighted": lambda m: weighted(r, m), "organisations": lambda m: organisations(r, m),
+                    "organisation_weights": lambda m: organisation_weights(r, m),
+                    "organisation_members": lambda m: organisation_members(r, m)}
         for name in chosen:
             t = time.monotonic()
             if name in per_mode:
@@ -641,7 +767,8 @@ def main() -> int:
             elif name == "scale":
                 res[name] = scale()
             else:
-                res[name] = {"alone": alone, "newcomer": newcomer, "noop": noop}[name](r)
+                res[name] = {"alone": alone, "newcomer": newcomer, "noop": noop,
+                             "organisation_newcomer": organisation_newcomer}[name](r)
             print(f"  {name:<11} done in {time.monotonic() - t:5.1f} s: {json.dumps(res[name])}",
                   file=sys.stderr, flush=True)
     finally:

@@ -70,8 +70,7 @@ each level (Goyal, Guo and Vin 1996, hierarchical SFQ): over any interval
 in which groups A and B stay backlogged, the worker time W they receive
 satisfies |W_A / w_A - W_B / w_B| <= c_A / w_A + c_B / w_B (c: the largest
 job of each), whatever the other groups do, and within a group the same
-holds between its backlogged keys, of the time the group received (plus
-one cost correction per key: see below). A
+holds between its backlogged keys, of the time the group received. A
 newcomer group starts at V, the start of the job released last, at most
 one job's charge behind every busy group, so its first job is released
 next and starts after at most about one window of completions, however
@@ -80,12 +79,10 @@ within its group. Caps and token-bucket rates apply at both levels: a key
 at its cap or out of tokens leaves its group's eligible keys (its group
 stays eligible while another key can go), a group at its cap or out of
 tokens leaves the lane's sorted set with all its keys; a finish or a token
-puts each back. A named group's member costs a release two commands more
-(its group's sorted set of members read and written: O(log groups) +
-O(log members)), nothing more for a key of its own group; to save one
-more, a finish's correction moves the key's place among its group's
-members only at its next release (it counts one job late within the
-group; at the lane's level it counts at once).
+puts each back. A named group's member costs a job two or three commands
+more (its group's sorted set of members read and written, and its place
+there corrected by its finish: O(log groups) + O(log members)), nothing
+more for a key of its own group.
 
 Only a window of jobs is released at a time: the live workers' slots plus a
 headroom of queued jobs, none on the cpu lane (a finish releases into its
@@ -102,7 +99,9 @@ would be the only eligible ones. A call reads the lane's state with one HMGET (t
 in a release) and writes it with one HSET: the lane's numbers, each key's
 fields and each job's record and message share one hash (lua/_lib.lua,
 H). A no-op job costs 19 Redis commands in all, Celery's included
-(`make bench-fairness`). Every state change (submit, release, start, heartbeat, finish,
+(`make bench-fairness`), for a key without a group; a member of an
+organisation of one costs about one more, of a busy organisation three
+(`make bench-redis-cost`). Every state change (submit, release, start, heartbeat, finish,
 requeue, reap, cancel) is one call of a Lua function
 (a Redis 7 function library, loaded on first use) over keys sharing the hash
 tag "{fair:<lane>}", so it is atomic for any number of web

@@ -307,7 +307,9 @@ class Model:
 
     def adjust_vt(self, key: str, delta: float) -> None:
         g = self.group_of(key)
-        self.vt[key] = self.vt.get(key, 0.0) + delta / self.w(key)  # its place in ma: at its next release
+        self.vt[key] = self.vt.get(key, 0.0) + delta / self.w(key)
+        if self.waiting.get(key, 0) > 0 and self.eligible_count(g) >= 2 and key in self.ma.get(g, {}):
+            self.ma[g][key] = max(self.vt[key], self.gv.get(g, 0.0))
         self.vt[g] = self.vt.get(g, 0.0) + delta / self.w(g)
         if g in self.active:
             self.active[g] = max(self.vt[g], self.V)
