@@ -501,10 +501,11 @@ def noop(r: Runner, n: int = 2000) -> dict:
             for mode, xs in runs.items()}
 
 
-def scale(users_list: tuple[int, ...] = (10, 100_000)) -> dict:
+def scale(users_list: tuple[int, ...] = (10, 100_000), *, members: int = 0) -> dict:
     """Cost per scheduler operation with 10 versus 100,000 backlogged users
     (no workers: the Lua scripts alone, one round trip each). All but the
-    last TIMED_SUBMITS users are submitted pipelined (untimed)."""
+    last TIMED_SUBMITS users are submitted pipelined (untimed). `members`:
+    the users are members of organisations of that many (0: none)."""
     from bench.tasks import client
     from dispatcher import FairScheduler
 
@@ -519,12 +520,13 @@ def scale(users_list: tuple[int, ...] = (10, 100_000)) -> dict:
             with sched.client.pipeline(transaction=False) as pipe:
                 for u in range(first, min(bulk, first + 1000)):
                     for j in range(2):
-                        sched.submit(f"{u}-{j}", f"user{u}", cost=1.0, client=pipe)
+                        sched.submit(f"{u}-{j}", f"user{u}", cost=1.0, client=pipe,
+                                     group=f"org{u // members}" if members else None)
                 pipe.execute()
         for u in range(bulk, users):
             for j in range(2):
                 t = time.perf_counter()
-                sched.submit(f"{u}-{j}", f"user{u}", cost=1.0)
+                sched.submit(f"{u}-{j}", f"user{u}", cost=1.0, group=f"org{u // members}" if members else None)
                 submit_t.append(time.perf_counter() - t)
         released = []
         for _ in range(2000):
@@ -608,6 +610,10 @@ def organisation_targets(res: dict) -> dict:
             "shares": weights, "pass": abs(weights["A"] - 0.25) <= 0.05 and abs(weights["B"] - 0.75) <= 0.05},
         "organisation_members_1_2_within_5pct": {
             "ratio": members["ratio"], "pass": abs(members["ratio"] / 2 - 1) <= 0.05},
+        "organisation_release_p99_flat_10x10_to_10000x10": {
+            "p99_us": [res["organisation_scale"][n]["release"]["p99_us"] for n in ("100", "100000")],
+            "pass": res["organisation_scale"]["100000"]["release"]["p99_us"]
+            <= 1.2 * res["organisation_scale"]["100"]["release"]["p99_us"]},
         "organisation_newcomer_waits_within_one_job": {
             "wait_ms": newcomer["wait_ms"], "limit_ms": SERVICE_MS + 50, "pass": newcomer["wait_ms"] <= SERVICE_MS + 50},
     }
@@ -679,6 +685,10 @@ def table(res: dict, targets: dict) -> str:
     row(f"a newcomer organisation's first job behind {ORG_A_MEMBERS} members' backlog: wait (median of "
         f"{ORG_NEWCOMER_ROUNDS})", [f"{on[m]['wait_ms']:.0f} ms" for m in MODES], f"<= {SERVICE_MS + 50} ms",
         "organisation_newcomer_waits_within_one_job")
+    osc = res["organisation_scale"]
+    row("release p99, 10 x 10 vs 10,000 x 10 organisations x members",
+        ["", "", f"{osc['100']['release']['p99_us']:.0f} vs {osc['100000']['release']['p99_us']:.0f} us"],
+        "within 1.2x", "organisation_release_p99_flat_10x10_to_10000x10")
     return markdown_table(rows)
 
 
@@ -741,7 +751,8 @@ def start_workers(env: Environment, modes: tuple[str, ...] = MODES, *, include: 
 
 
 SCENARIOS = ("burst_200", "burst_2000", "two_heavy", "two_heavy_20ms", "weighted", "alone", "newcomer", "noop", "scale",
-             "organisations", "organisation_weights", "organisation_members", "organisation_newcomer")
+             "organisations", "organisation_weights", "organisation_members", "organisation_newcomer",
+             "organisation_scale")
 
 
 def main() -> int:
@@ -766,6 +777,8 @@ def main() -> int:
                 res[name] = {mode: per_mode[name](mode) for mode in MODES}
             elif name == "scale":
                 res[name] = scale()
+            elif name == "organisation_scale":  # 10 organisations x 10 members vs 10,000 x 10
+                res[name] = scale((100, 100_000), members=10)
             else:
                 res[name] = {"alone": alone, "newcomer": newcomer, "noop": noop,
                              "organisation_newcomer": organisation_newcomer}[name](r)
