@@ -71,8 +71,7 @@ from pathlib import Path
 import redis
 
 from bench.ports import free_port
-from dispatcher.autoscale import lane_work, suggested_hosts
-from dispatcher.scheduler import FairScheduler
+from dispatcher import FairScheduler, lane_work, suggested_hosts
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
