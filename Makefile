@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-properties install bench-fairness bench-handover bench-redis-cost bench-media bench-notify bench-storage bench-scale bench-chunks bench-upload bench-estimates clean stop
+.PHONY: run test test-fast test-properties install bench-fairness bench-handover bench-redis-cost bench-media bench-notify bench-storage bench-scale bench-chunks bench-upload bench-isolation bench-estimates clean stop
 
 install: $(STAMP)
 
@@ -86,6 +86,13 @@ bench-estimates: install
 .PHONY: bench-autoscale
 bench-autoscale: install
 	$(BIN)/python -m bench.autoscale $(ARGS)
+
+# Whatever one user does within its bounds costs the others nothing: light
+# users' submit-to-done quiet and beside a hostile user, Redis CPU per batch
+# poll from 10 to 100,000 users with work, a 5,000-job cancel. Root
+# (a private PostgreSQL). BENCH_ISOLATION_ROUNDS=1 for a shorter run.
+bench-isolation: install
+	$(BIN)/python -m bench.isolation $(ARGS)
 
 # Time to first playable: upload accepted -> first frame in Chromium through
 # HLS, growing playlists against waiting for the finished ladder, 10 s and

@@ -1,0 +1,750 @@
+"""Isolation benchmark: `python -m bench.isolation` (`make bench-isolation`).
+Whatever one user does within its bounds costs the others nothing (issue
+32). Writes bench/results/isolation.json and .png and prints a table.
+
+One system as `make run` starts it (the Procfile's gunicorn, 2 x 4 threads;
+a prefork transcode worker, one slot per core; a 64-thread notify worker),
+on a private PostgreSQL, Redis and SeaweedFS (object storage, as in
+production), all started here and stopped at the end.
+
+1. Light users. 20 users each upload one picture through the API as the
+   upload page does (create a direct upload, PUT it to the store, claim),
+   one user every 2 s, for ROUNDS rounds: submit-to-done is the time
+   from the create request to the job's end as the database records it.
+   (a) on a quiet system, (b) while one hostile user does everything at
+   once, within its bounds:
+   - 1,000 open upload pages: each polls GET /api/batches/ as the page
+     does (every 2 s while a batch moves, 10 s after anything else, a 429
+     included);
+   - cancels and retries its batch of 5,000 jobs, again and again, one
+     request after the other;
+   - holds its maximum of jobs: 5,000 scheduled for 2100 beside the 5,000;
+   - its maximum of webhook endpoints (10), at a receiver that answers
+     after RECEIVER_DELAY_S;
+   - slow uploads: SLOW_UPLOADS uploads sending their parts to the store
+     at a trickle.
+   The hostile clients run niced in a process of their own: they stand for
+   other machines. Quiet and hostile phases alternate (a, b, a, b) so the
+   machine's drift falls on both.
+2. A batch poll's Redis CPU (the sum of INFO commandstats' usec over the
+   run of polls, divided by the polls) with 10, 1,000, 10,000 and 100,000
+   users holding work in the transcode lane (submitted straight to the
+   dispatcher, workers stopped), against the lane snapshot a poll ran
+   before (the baseline: what `lane_share_basis` called until a268300).
+   And the staff fairness page's data at each size.
+3. A 5,000-job cancel's Redis CPU in a 10,000-job backlog, against the
+   LREMs the cancel did before 355e832 (replayed on the same lists).
+
+Targets (issue 32): light users' p99 submit-to-done in (b) at most 1.25x
+(a); Redis CPU per batch poll flat within 1.2x from 10 to 100,000 users; a
+5,000-job cancel under 0.5 s of Redis CPU; the hostile user's refusals are
+429 or another 4xx, never a 5xx.
+"""
+from __future__ import annotations
+
+import asyncio
+import http.client
+import io
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from bench.ports import free_port, free_ports
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+BIN = Path(sys.executable).parent
+LIGHT_USERS = 20
+LIGHT_SPACING_S = float(os.environ.get("BENCH_ISOLATION_SPACING_S", "2.0"))  # between two light uploads
+ROUNDS = int(os.environ.get("BENCH_ISOLATION_ROUNDS", "2"))  # per phase; two phases of each kind
+# 0: only the Redis costs (parts 2 and 3), without the light users' phases
+CYCLES = int(os.environ.get("BENCH_ISOLATION_CYCLES", "2"))
+POLLERS = int(os.environ.get("BENCH_ISOLATION_POLLERS", "1000"))
+HOSTILE_BATCH = 5000
+SLOW_UPLOADS = 20
+RECEIVER_DELAY_S = 5.0
+POLL_USERS = (10, 1_000, 10_000, 100_000)
+POLLS = 100
+
+
+# --- the system --------------------------------------------------------------------------------
+
+
+def _cpu_ticks(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])  # with reaped children
+    return total
+
+
+def _group(pid: int) -> list[int]:
+    """The processes of `pid`'s session (what it started)."""
+    found = [pid]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[4]) == pid:  # session id
+            found.append(int(stat.parent.name))
+    return sorted(set(found))
+
+
+class System:
+    """Services, web and workers, with each part's CPU time readable."""
+
+    def __init__(self, work: Path) -> None:
+        from bench.private_services import PrivatePostgres
+        from project import embedded_redis, embedded_seaweedfs
+
+        self.work = work
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.pg = PrivatePostgres()
+        ports = dict(zip(embedded_seaweedfs.PORT_FLAGS, free_ports(len(embedded_seaweedfs.PORT_FLAGS))))
+        self.s3, self.procs["s3"] = embedded_seaweedfs.spawn(work / "s3", ports)
+        redis_port = free_port()
+        self.procs["redis"] = embedded_redis.spawn(work / "redis", redis_port, persist=False)
+        self.receiver = Receiver()
+        self.web_port = free_port()
+        self.web_url = f"http://127.0.0.1:{self.web_port}"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("FAIRLANE_", "FAIR_", "DATABASE_URL"))},
+            **self.s3.env(), "DATABASE_URL": self.pg.url, "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+            "FAIRLANE_VAR_DIR": str(work / "var"), "FAIRLANE_BASE_URL": self.web_url, "DJANGO_DEBUG": "0",
+            "LOG_LEVEL": "WARNING", "FAIRLANE_WEBHOOK_ALLOW_LOOPBACK": "1",
+            "NOTIFY_WEBHOOK_ALLOWED_PORTS": f"80,443,{self.receiver.port}",
+            "DJANGO_SETTINGS_MODULE": "project.settings",
+        }
+        os.environ.update(self.env)
+        for argv in (["migrate", "--noinput", "-v0"], ["storage_setup"]):
+            subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=self.env, check=True,
+                           capture_output=True)
+        import django
+
+        django.setup()
+        self.logs = work / "logs"
+        self.logs.mkdir()
+        self._spawn("web", [str(BIN / "gunicorn"), "project.wsgi", "--bind", f"127.0.0.1:{self.web_port}",
+                            "--workers", "2", "--threads", "4", "--graceful-timeout", "30"])
+        self.start_workers()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                http.client.HTTPConnection("127.0.0.1", self.web_port, timeout=5).request("GET", "/healthz?scope=web")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def _spawn(self, name: str, argv: list[str], extra: dict | None = None) -> None:
+        self.procs[name] = subprocess.Popen(argv, cwd=ROOT, env={**self.env, **(extra or {})},
+                                            stdout=open(self.logs / f"{name}.log", "ab"), stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+
+    def start_workers(self) -> None:
+        from bench.harness import DIE_WITH_PARENT
+
+        celery = [*DIE_WITH_PARENT, str(BIN / "celery"), "-A", "project", "worker", "-l", "WARNING"]
+        self._spawn("cpu", [*celery, "-Q", "cpu-transcode", "-n", "cpu@bench", "-P", "prefork",
+                            "-c", str(os.cpu_count())])
+        self._spawn("io", [*celery, "-Q", "io-notify", "-n", "io@bench", "-P", "threads", "-c", "64"],
+                    {"DATABASE_POOL_MAX_SIZE": "16"})
+        from project.celery import app
+
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            replies = app.control.ping(timeout=1) or []
+            if {"cpu@bench", "io@bench"} <= {name for reply in replies for name in reply}:
+                return
+        raise RuntimeError(f"workers not ready; see {self.logs}")
+
+    def stop_workers(self) -> None:
+        for name in ("cpu", "io"):
+            proc = self.procs.pop(name, None)
+            if proc and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+
+    def cpu_s(self) -> dict[str, float]:
+        """CPU seconds so far of each part (its processes and their children)."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        parts = {name: _cpu_ticks(_group(proc.pid)) for name, proc in self.procs.items() if proc.poll() is None}
+        parts["postgres"] = _cpu_ticks(_group(self.pg.proc.pid))
+        return {name: t / ticks for name, t in parts.items()}
+
+    def close(self) -> None:
+        self.stop_workers()
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+        self.receiver.close()
+        self.pg.stop()
+
+
+class Receiver:
+    """A webhook receiver that answers 200 after RECEIVER_DELAY_S."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+        class Slow(BaseHTTPRequestHandler):
+            def do_POST(handler) -> None:  # noqa: N805
+                handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+                self.count += 1
+                time.sleep(RECEIVER_DELAY_S)
+                handler.send_response(200)
+                handler.send_header("Content-Length", "0")
+                handler.end_headers()
+
+            def log_message(handler, *args) -> None:  # noqa: N805
+                pass
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Slow)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+# --- clients ---------------------------------------------------------------------------------
+
+
+class Client:
+    """One user's API client (a connection per call: many threads use it)."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self.port, self.token = port, token
+
+    def call(self, method: str, path: str, payload=None, timeout: float = 600) -> tuple[int, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request(method, path, None if payload is None else json.dumps(payload).encode(),
+                         {"Authorization": f"Token {self.token}", "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            raw = resp.read()
+        finally:
+            conn.close()
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = {"raw": raw[:200].decode(errors="replace")}
+        return resp.status, body
+
+    def ok(self, method: str, path: str, payload=None) -> dict:
+        status, body = self.call(method, path, payload)
+        if status >= 300:
+            raise RuntimeError(f"{method} {path} -> {status} {body}")
+        return body
+
+
+def put_part(url: str, headers: dict, body: bytes, *, chunk_s: float = 0.0) -> int:
+    """PUT one part to the store; with chunk_s, 1 KB every chunk_s seconds."""
+    target = urlsplit(url)
+    conn = http.client.HTTPConnection(target.hostname, target.port, timeout=600)
+    try:
+        conn.putrequest("PUT", url[len(f"{target.scheme}://{target.netloc}"):], skip_accept_encoding=True)
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        if "Content-Length" not in headers:
+            conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders()
+        step = 1024 if chunk_s else len(body)
+        for start in range(0, len(body), step):
+            conn.send(body[start:start + step])
+            if chunk_s:
+                time.sleep(chunk_s)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+def direct_create(client: Client, files: list[tuple[str, bytes]]) -> list[dict]:
+    created = []
+    for start in range(0, len(files), 500):
+        chunk = files[start:start + 500]
+        created += client.ok("POST", "/api/uploads/direct/", {"files": [
+            {"filename": name, "size": len(body), "content_type": "image/png"} for name, body in chunk]})["uploads"]
+    return created
+
+
+def direct_upload(client: Client, files: list[tuple[str, bytes]], *, threads: int = 8, **claim) -> dict:
+    """Create, PUT every (single-part) file, claim as one batch."""
+    created = direct_create(client, files)
+
+    def put(pair) -> None:
+        upload, (_, body) = pair
+        url = upload["urls"][0]
+        status = put_part(url["url"], url["headers"], body)
+        if status != 200:
+            raise RuntimeError(f"PUT -> {status}")
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(put, zip(created, files)))
+    return client.ok("POST", "/api/uploads/", {"direct": [u["id"] for u in created], **claim})
+
+
+def picture(seed: int, size: tuple[int, int], fmt: str) -> bytes:
+    from PIL import Image
+
+    rng = random.Random(seed)
+    w, h = size
+    image = Image.linear_gradient("L").resize(size).convert("RGB")
+    noise = Image.frombytes("RGB", size, rng.randbytes(w * h * 3))
+    out = io.BytesIO()
+    Image.blend(image, noise, 0.25).save(out, fmt, quality=85) if fmt == "JPEG" else \
+        Image.blend(image, noise, 0.25).save(out, fmt)
+    return out.getvalue()
+
+
+# --- the light users -------------------------------------------------------------------------
+
+
+def light_round(clients: list[Client], photo: bytes, round_no: int) -> list[dict]:
+    """Each light user uploads one picture, one user every LIGHT_SPACING_S; returns
+    {user, seconds, status} per upload once every job has ended."""
+    from uploads.models import Job
+
+    started: dict[str, tuple[int, float]] = {}
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        t0 = time.time()
+        answer = direct_upload(clients[i], [(f"light-{round_no}-{i}.jpg", photo)], threads=1)
+        with lock:
+            started[answer["uploads"][0]["job"]["id"]] = (i, t0)
+
+    threads = []
+    for i in range(len(clients)):
+        thread = threading.Thread(target=one, args=(i,))
+        thread.start()
+        threads.append(thread)
+        time.sleep(LIGHT_SPACING_S)
+    for thread in threads:
+        thread.join()
+    done: dict[str, dict] = {}
+    deadline = time.monotonic() + 900
+    while len(done) < len(started):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"light jobs not done in 15 min: {set(started) - set(done)}")
+        for job_id, status, finished in Job.objects.filter(id__in=[j for j in started if j not in done]).exclude(
+                status__in=[Job.Status.QUEUED, Job.Status.RUNNING]).values_list("id", "status", "finished_at"):
+            user, t0 = started[str(job_id)]
+            done[str(job_id)] = {"user": user, "status": status, "seconds": round(finished.timestamp() - t0, 3)}
+        time.sleep(0.2)
+    bad = [d for d in done.values() if d["status"] != Job.Status.SUCCEEDED]
+    if bad:
+        raise RuntimeError(f"light jobs did not succeed: {bad}")
+    return list(done.values())
+
+
+# --- the hostile user -------------------------------------------------------------------------
+
+
+def _pollers_main(port: int, token: str, clients: int, stop, out) -> None:
+    """A process of POLLERS upload pages (asyncio), niced: other machines."""
+    os.nice(19)
+    statuses: Counter = Counter()
+
+    async def page(delay: float) -> None:
+        await asyncio.sleep(delay)
+        request = (f"GET /api/batches/?page_size=10 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Token {token}"
+                   f"\r\nConnection: close\r\n\r\n").encode()
+        while not stop.is_set():
+            moving = False
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(request)
+                await writer.drain()
+                raw = await reader.read()
+                writer.close()
+                status = int(raw.split(b" ", 2)[1])
+                statuses[status] += 1
+                moving = status == 200 and b'"finished":false' in raw
+            except (OSError, ValueError, IndexError):
+                statuses["error"] += 1
+            for _ in range(4 if moving else 20):  # 2 s, or 10 s, and stop within 0.5 s
+                if stop.is_set():
+                    return
+                await asyncio.sleep(0.5)
+
+    async def run() -> None:
+        await asyncio.gather(*(page(2.0 * i / clients) for i in range(clients)))
+
+    asyncio.run(run())
+    out.put(dict(statuses))
+
+
+class Hostile:
+    """The hostile user's load, started and stopped around a hostile phase."""
+
+    def __init__(self, system: System, client: Client, tiny: bytes) -> None:
+        self.system, self.client, self.tiny = system, client, tiny
+        self.statuses: Counter = Counter()
+        self.cancel_s: list[float] = []
+        self.retry_s: list[float] = []
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        context = multiprocessing.get_context("fork")
+        self.pollers: multiprocessing.Process | None = None
+        self.pollers_stop = context.Event()
+        self.poller_results = context.Queue()
+
+    def record(self, status: int) -> None:
+        self.statuses[status] += 1
+
+    def prepare(self) -> None:
+        """What it holds throughout: its maximum of jobs, 5,000 of them
+        scheduled for 2100 and a batch of 5,000 (canceled until a hostile
+        phase retries it)."""
+        from uploads import limits
+
+        self.limits = limits.limits_for(user_id=self.user_id())
+        scheduled = self.limits.queued_jobs - HOSTILE_BATCH
+        files = [(f"later-{i}.png", self.tiny) for i in range(scheduled)]
+        direct_upload(self.client, files, scheduled_for="2100-01-01T00:00:00Z", batch_name="later")
+        self.batch = direct_upload(self.client, [(f"flood-{i}.png", self.tiny) for i in range(HOSTILE_BATCH)],
+                                   batch_name="flood")["batch"]
+        self.client.ok("POST", f"/api/batches/{self.batch}/cancel/")
+        spare = direct_create(self.client, [("spare.png", self.tiny)])[0]
+        put_part(spare["urls"][0]["url"], spare["urls"][0]["headers"], self.tiny)
+        self.spare = spare["id"]
+
+    def user_id(self) -> int:
+        from rest_framework.authtoken.models import Token
+
+        return Token.objects.get(key=self.client.token).user_id
+
+    def start(self) -> None:
+        """Its endpoints (each finished job is a delivery to each), then its load."""
+        from notify.events import SUBSCRIBABLE
+
+        endpoint = lambda name: {"url": f"http://127.0.0.1:{self.system.receiver.port}/{name}",  # noqa: E731
+                                 "events": [str(e) for e in SUBSCRIBABLE]}
+        self.endpoints = [self.client.ok("POST", "/api/webhooks/", endpoint(f"h{i}"))["id"]
+                          for i in range(self.limits.webhook_endpoints)]
+        self.record(self.client.call("POST", "/api/webhooks/", endpoint("more"))[0])  # one more: refused
+        self.stop.clear()
+        self.pollers_stop.clear()
+        self.pollers = multiprocessing.get_context("fork").Process(
+            target=_pollers_main, args=(self.system.web_port, self.client.token, POLLERS, self.pollers_stop,
+                                        self.poller_results), daemon=True)
+        from django.db import connections
+
+        connections.close_all()
+        self.pollers.start()
+        self.threads = [threading.Thread(target=self._cancel_retry, daemon=True)]
+        self.threads += [threading.Thread(target=self._slow_upload, args=(i,), daemon=True)
+                         for i in range(SLOW_UPLOADS)]
+        for thread in self.threads:
+            thread.start()
+
+    def finish(self) -> None:
+        """Its load stops, its batch is canceled and its endpoints go (so
+        that no delivery of its runs on into a quiet phase)."""
+        self.stop.set()
+        self.pollers_stop.set()
+        for thread in self.threads:
+            thread.join()
+        if self.pollers is not None:
+            for status, n in self.poller_results.get(timeout=120).items():
+                self.statuses[status] += n
+            self.pollers.join()
+        self.client.ok("POST", f"/api/batches/{self.batch}/cancel/")
+        for endpoint in self.endpoints:
+            self.client.call("DELETE", f"/api/webhooks/{endpoint}/")
+
+    def _cancel_retry(self) -> None:
+        while not self.stop.is_set():
+            for action, times in (("cancel", self.cancel_s), ("retry", self.retry_s)):
+                t0 = time.monotonic()
+                status, _ = self.client.call("POST", f"/api/batches/{self.batch}/{action}/")
+                times.append(time.monotonic() - t0)
+                self.record(status)
+            # One more file while its jobs are at their maximum: refused whole.
+            self.record(self.client.call("POST", "/api/uploads/", {"direct": [self.spare]})[0])
+
+    def _slow_upload(self, i: int) -> None:
+        """Parts of 1 MB at 1 KB per 50 ms (~20 KB/s), given up once sent."""
+        body = random.Random(i).randbytes(1024 * 1024)
+        while not self.stop.is_set():
+            status, answer = self.client.call("POST", "/api/uploads/direct/", {"files": [
+                {"filename": f"slow-{i}.mov", "size": len(body)}]})
+            self.record(status)
+            if status != 201:
+                self.stop.wait(5)
+                continue
+            upload = answer["uploads"][0]
+            url = upload["urls"][0]
+            try:
+                self.record(put_part(url["url"], url["headers"], body[:url["size"]], chunk_s=0.05))
+            except OSError:
+                pass
+            status, _ = self.client.call("DELETE", f"/api/uploads/direct/{upload['id']}/")
+            self.record(status)
+            if self.stop.is_set():
+                return
+
+
+# --- Redis CPU per poll, and per cancel ----------------------------------------------------------------
+
+
+def _redis_usec(client) -> int:
+    return sum(int(v["usec"]) for k, v in client.info("commandstats").items() if k.startswith("cmdstat_"))
+
+
+def poll_cost(system: System, poller: Client, staff: Client) -> list[dict]:
+    """Redis CPU per batch poll (and the fairness page's data) at each number
+    of users with work; the lane's snapshot as the poll read it before."""
+    import dispatcher
+    from project.lanes import Lane
+
+    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
+    client = sched.client
+    # The baseline's snapshot reads every user: over the lane client's 10 s
+    # read timeout at 100,000 users, so it runs on a client without one.
+    import redis
+    from django.conf import settings
+
+    patient = dispatcher.FairScheduler(redis.Redis.from_url(settings.FAIR_REDIS_URL), Lane.CPU_TRANSCODE.value,
+                                       queue=sched.queue)
+    rows, users = [], 0
+    for target in POLL_USERS:
+        with client.pipeline(transaction=False) as pipe:
+            for i in range(users, target):
+                sched.submit(f"bench-poll-{i}", f"bench-user-{i}", cost=10.0, payload="m", client=pipe)
+                if i % 5000 == 4999:
+                    pipe.execute()
+            pipe.execute()
+        users = target
+        client.config_resetstat()
+        for _ in range(POLLS):
+            status, _ = poller.call("GET", "/api/batches/?page_size=10")
+            assert status == 200, status
+        per_poll = _redis_usec(client) / POLLS
+        client.config_resetstat()
+        n = max(1, min(POLLS, 1_000_000 // target))
+        for _ in range(n):
+            patient.snapshot()
+        per_snapshot = _redis_usec(client) / n
+        client.config_resetstat()
+        t0 = time.monotonic()
+        status, page = staff.call("GET", "/admin/fairness/data/")
+        page_s = time.monotonic() - t0
+        fairness_usec = _redis_usec(client)
+        rows.append({"users": target, "poll_redis_usec": round(per_poll, 1),
+                     "snapshot_redis_usec": round(per_snapshot, 1), "fairness_page_s": round(page_s, 3),
+                     "fairness_page_redis_usec": fairness_usec, "fairness_page_status": status})
+        print(f"  {target:>7,} users: poll {per_poll:8.1f} us of Redis, snapshot {per_snapshot:10.1f} us, "
+              f"fairness page {page_s:.2f} s", flush=True)
+    sched.clear()
+    return rows
+
+
+def cancel_cost(system: System, client: Client) -> dict:
+    """A 5,000-job cancel through the API in a 10,000-job backlog, workers
+    stopped; then the LREMs cancel.lua did before, on the same lists."""
+    import dispatcher
+    from project.lanes import Lane
+
+    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
+    redis_client = sched.client
+    tiny = picture(7, (64, 64), "PNG")
+    first = direct_upload(client, [(f"keep-{i}.png", tiny) for i in range(HOSTILE_BATCH)])["batch"]
+    second = direct_upload(client, [(f"cancel-{i}.png", tiny) for i in range(HOSTILE_BATCH)])["batch"]
+    backlog = [k for k in redis_client.scan_iter(sched.prefix + "q:*")]
+    assert len(backlog) == 1, backlog
+    length = redis_client.llen(backlog[0])
+    redis_client.config_resetstat()
+    t0 = time.monotonic()
+    answer = client.ok("POST", f"/api/batches/{second}/cancel/")
+    wall = time.monotonic() - t0
+    usec = _redis_usec(redis_client)
+    # Before 355e832: an LREM per job, newest first, over the key's list.
+    entries = [e for e in redis_client.lrange(backlog[0], 0, -1)]
+    copy = sched.prefix + "bench-lrem-copy"
+    redis_client.rpush(copy, *entries)
+    redis_client.config_resetstat()
+    for entry in reversed(entries[-HOSTILE_BATCH:]):
+        redis_client.lrem(copy, 1, entry)
+    lrem_usec = _redis_usec(redis_client)
+    redis_client.delete(copy)
+    client.ok("POST", f"/api/batches/{first}/cancel/")
+    return {"backlog": length, "canceled": answer.get("canceled", HOSTILE_BATCH), "redis_cpu_s": usec / 1e6,
+            "wall_s": round(wall, 3), "before_lrem_redis_cpu_s": lrem_usec / 1e6}
+
+
+# --- a run -------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="bench-isolation-"))
+    system = None
+    try:
+        system = System(work)
+        from django.contrib.auth import get_user_model
+        from rest_framework.authtoken.models import Token
+
+        users = get_user_model().objects
+        token = lambda name, **kw: Token.objects.create(user=users.create_user(name, **kw)).key  # noqa: E731
+        light = [Client(system.web_port, token(f"light-{i:02d}")) for i in range(LIGHT_USERS)]
+        hostile = Client(system.web_port, token("hostile"))
+        staff = Client(system.web_port, token("staff", is_staff=True, is_superuser=True))
+        photo = picture(1, (1024, 768), "JPEG")
+        tiny = picture(2, (64, 64), "PNG")
+        # One upload each to warm every process (imports, connections): not measured.
+        light_round(light[:2], photo, -1)
+
+        phases: dict[str, list[dict]] = {"quiet": [], "hostile": []}
+        cpu: dict[str, dict[str, float]] = {"quiet": Counter(), "hostile": Counter()}
+        wall: Counter = Counter()
+        attacker = Hostile(system, hostile, tiny)
+        if CYCLES:
+            attacker.prepare()
+        for cycle in range(CYCLES):
+            for phase in ("quiet", "hostile"):
+                if phase == "hostile":
+                    attacker.start()
+                    time.sleep(15)  # its load in full swing
+                before, t0 = system.cpu_s(), time.monotonic()
+                for r in range(ROUNDS):
+                    phases[phase] += light_round(light, photo, cycle * 100 + r + (50 if phase == "hostile" else 0))
+                after = system.cpu_s()
+                wall[phase] += time.monotonic() - t0
+                for name in after:
+                    cpu[phase][name] += after[name] - before.get(name, 0.0)
+                if phase == "hostile":
+                    attacker.finish()
+                    time.sleep(5)
+                print(f"{phase} {cycle + 1}: p50 {statistics.median(s['seconds'] for s in phases[phase]):.2f} s, "
+                      f"p99 {percentile([s['seconds'] for s in phases[phase]], 0.99):.2f} s so far", flush=True)
+
+        quiet = [s["seconds"] for s in phases["quiet"]]
+        loud = [s["seconds"] for s in phases["hostile"]]
+        light_result = None if not CYCLES else {
+            "quiet": {"p50_s": statistics.median(quiet), "p99_s": percentile(quiet, 0.99), "n": len(quiet)},
+            "hostile": {"p50_s": statistics.median(loud), "p99_s": percentile(loud, 0.99), "n": len(loud)},
+            "samples": phases,
+            "cpu_s_per_phase_s": {phase: {k: round(v / wall[phase], 3) for k, v in cpu[phase].items()}
+                                  for phase in cpu},
+            "hostile_statuses": {str(k): v for k, v in sorted(attacker.statuses.items(), key=str)},
+            "hostile_cancel_s": {"n": len(attacker.cancel_s), "median": statistics.median(attacker.cancel_s or [0])},
+            "hostile_retry_s": {"n": len(attacker.retry_s), "median": statistics.median(attacker.retry_s or [0])},
+            "receiver_requests": system.receiver.count,
+        }
+        system.stop_workers()
+        # The poller has a batch that waits (no worker takes it): its poll asks for an estimate.
+        direct_upload(light[0], [("waiting.jpg", photo)])
+        print("Redis CPU per batch poll:", flush=True)
+        polls = poll_cost(system, light[0], staff)
+        cancel = cancel_cost(system, light[1])
+        print(f"5,000-job cancel: {cancel['redis_cpu_s']:.3f} s of Redis CPU (before: "
+              f"{cancel['before_lrem_redis_cpu_s']:.2f} s)", flush=True)
+    finally:
+        if system is not None:
+            system.close()
+        shutil.rmtree(work, ignore_errors=True)
+    report(light_result, polls, cancel)
+
+
+def report(light: dict | None, polls: list[dict], cancel: dict) -> None:
+    poll_usec = [row["poll_redis_usec"] for row in polls]
+    flat = max(poll_usec) / min(poll_usec)
+    targets = {
+        f"Redis CPU per batch poll flat within 1.2x, 10 to 100,000 users ({flat:.2f}x)": flat <= 1.2,
+        f"a 5,000-job cancel under 0.5 s of Redis CPU ({cancel['redis_cpu_s']:.3f} s)": cancel["redis_cpu_s"] < 0.5,
+    }
+    if light is not None:  # BENCH_ISOLATION_CYCLES=0 measures only the Redis costs
+        ratio = light["hostile"]["p99_s"] / light["quiet"]["p99_s"]
+        statuses = light["hostile_statuses"]
+        server_errors = sum(n for s, n in statuses.items() if s.isdigit() and int(s) >= 500)
+        refusals = sum(n for s, n in statuses.items() if s.isdigit() and 400 <= int(s) < 500)
+        targets[f"light users' p99 under a hostile user within 1.25x quiet ({ratio:.2f}x)"] = ratio <= 1.25
+        targets[f"the hostile user's refusals 4xx, never 5xx ({refusals:,} refused, {server_errors} 5xx)"] = (
+            server_errors == 0 and refusals > 0)
+    out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "light": light, "polls": polls,
+           "cancel": cancel, "targets": targets, "load": os.getloadavg()}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "isolation.json").write_text(json.dumps(out, indent=2) + "\n")
+    if light is not None:
+        print(f"light users, submit to done: quiet p50 {light['quiet']['p50_s']:.2f} s p99 "
+              f"{light['quiet']['p99_s']:.2f} s; hostile p50 {light['hostile']['p50_s']:.2f} s p99 "
+              f"{light['hostile']['p99_s']:.2f} s")
+        print(f"hostile statuses: {light['hostile_statuses']}")
+    for row in polls:
+        print(f"{row['users']:>7,} users: poll {row['poll_redis_usec']:.1f} us Redis (snapshot, before: "
+              f"{row['snapshot_redis_usec']:.1f} us); fairness page {row['fairness_page_s']:.2f} s")
+    for target, met in targets.items():
+        print(f"{'met' if met else 'MISSED'}: {target}")
+    _plot(light, polls, cancel)
+
+
+def _plot(light: dict, polls: list[dict], cancel: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3 if light else 2, figsize=(14 if light else 10, 4.2))
+    if light:
+        ax = axes[0]
+        data = [[s["seconds"] for s in light["samples"][p]] for p in ("quiet", "hostile")]
+        ax.boxplot(data, labels=["quiet", "hostile user"], whis=(1, 99))
+        ax.set_ylabel("submit to done (s)")
+        ax.set_title("20 light users, one picture each")
+    ax = axes[-2]
+    users = [row["users"] for row in polls]
+    ax.loglog(users, [row["poll_redis_usec"] for row in polls], "o-", label="batch poll (summary)")
+    ax.loglog(users, [row["snapshot_redis_usec"] for row in polls], "s--", label="lane snapshot (before)")
+    ax.set_xlabel("users with work")
+    ax.set_ylabel("Redis CPU (us)")
+    ax.set_title("Redis CPU per batch poll")
+    ax.legend()
+    ax = axes[-1]
+    ax.bar(["cancel now", "LREMs (before)"], [cancel["redis_cpu_s"], cancel["before_lrem_redis_cpu_s"]],
+           color=["#417690", "#e07a2f"])
+    ax.set_yscale("log")
+    ax.set_ylabel("Redis CPU (s)")
+    ax.set_title(f"cancel {cancel['canceled']:,} of {cancel['backlog']:,} held jobs")
+    fig.suptitle("Isolation (bench/isolation.py)")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "isolation.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
