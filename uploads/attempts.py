@@ -199,6 +199,14 @@ def _still_owed_a_run(job_id: str, task_id: str) -> str | None:
                                              "error_message").first()
     if job is not None and job.status == Job.Status.FAILED and job.task_id == task_id[:64]:
         raise JobFailed(f"{job.error_code}: {job.error_message}")
+    if job is not None and job.status == Job.Status.RUNNING and Job.objects.filter(parent_id=job.id).exists():
+        # A long video's parent once split: its parts are jobs of their own and
+        # carry its work, so no delivery of the parent is owed a run. (Its
+        # first part runs in the splitting delivery's slot: when that host
+        # vanishes, the parent's lease runs out and its message comes back;
+        # handed back, it would come back every lease, holding a slot of the
+        # window its own parts wait for.)
+        return None
     if job is not None and job.status == Job.Status.QUEUED:
         # Queued again while this delivery had it (canceled and retried while
         # it ran, or handed back by a stopping worker): the dispatcher may
