@@ -46,7 +46,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from bench.harness import ROOT, Environment, Worker
+from bench.harness import ROOT, Environment, Worker, upload_batch
 
 RESULTS = ROOT / "bench" / "results"
 TARGET_ERROR = 0.25
@@ -105,18 +105,7 @@ class Run:
 
     def upload(self, owner, paths: list[Path]):
         """One batch, stored and committed as the upload request does."""
-        from django.core.files.uploadedfile import UploadedFile
-
-        from uploads import services
-
-        handles = [open(p, "rb") for p in paths]
-        try:
-            uploads = services.uploads_create(owner=owner, files=[
-                UploadedFile(h, name=p.name, size=p.stat().st_size) for h, p in zip(handles, paths)])
-        finally:
-            for h in handles:
-                h.close()
-        return uploads[0].batch
+        return upload_batch(owner, paths)[0].batch
 
     def settle(self, timeout: float = 3600) -> None:
         """Nothing queued or running on the transcode lane."""

@@ -125,3 +125,19 @@ class Worker:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+
+
+def upload_batch(owner, paths: list[Path]) -> list:
+    """Store `paths` as one batch of `owner`'s, as the upload request does
+    (uploads.services.uploads_create; Django set up): the created uploads."""
+    from django.core.files.uploadedfile import UploadedFile
+
+    from uploads import services
+
+    handles = [open(p, "rb") for p in paths]
+    try:
+        return services.uploads_create(owner=owner, files=[
+            UploadedFile(h, name=p.name, size=p.stat().st_size) for h, p in zip(handles, paths)])
+    finally:
+        for h in handles:
+            h.close()

@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import BIN, ROOT
+from bench.harness import BIN, ROOT, upload_batch
 from bench.hosts import HostWorker
 from bench.private_services import Cluster
 
@@ -91,18 +91,7 @@ class Bench:
         return get_user_model().objects.create_user(f"{kind}-{self.users}")
 
     def upload(self, owner, paths: list[Path]) -> list[str]:
-        from django.core.files.uploadedfile import UploadedFile
-
-        from uploads import services
-
-        handles = [open(p, "rb") for p in paths]
-        try:
-            uploads = services.uploads_create(owner=owner, files=[
-                UploadedFile(h, name=p.name, size=p.stat().st_size) for h, p in zip(handles, paths)])
-        finally:
-            for h in handles:
-                h.close()
-        return [str(u.accepted_job.id) for u in uploads]
+        return [str(u.accepted_job.id) for u in upload_batch(owner, paths)]
 
     def wait(self, job_ids: list[str], timeout: float = 1800) -> list:
         from uploads.models import Job
