@@ -108,8 +108,12 @@ def test_canceling_a_running_job_stops_ffmpeg_and_leaves_nothing_behind(workers,
     # Progress is reported about once a second, and that is where the worker
     # notices; the bound is generous for a loaded machine, and what shows the
     # encode was cut short is that it never finished (below).
-    wait_for(lambda: not ffmpeg_running() and not any(scratch.glob(f"{job_id}-a*")), 20,
-             "ffmpeg and its scratch folder to go after the cancel", every=0.2)
+    # The segments streamed while it ran (transcoding/live.py) are deleted
+    # after the work directory, when the attempt ends (uploads/attempts.py,
+    # _outputs_tidy): all three must go.
+    wait_for(lambda: not ffmpeg_running() and not any(scratch.glob(f"{job_id}-a*"))
+             and media.list_prefix(media.job_prefix(job_id=job_id)) == {}, 20,
+             "ffmpeg, its scratch folder and its stored segments to go after the cancel", every=0.2)
     job = Job.objects.get(id=job_id)
     assert job.status == "canceled" and job.error_code == "canceled" and job.progress < 100
-    assert media.list_prefix(media.job_prefix(job_id=job_id)) == {} and not job.outputs.exists()
+    assert not job.outputs.exists()
