@@ -43,7 +43,7 @@ def _app(name: str, default_queue: str) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         task_ignore_result=True,
-        # As in project/settings.py: Flower sees every task.
+        # As in project/settings/: Flower sees every task.
         task_send_sent_event=True,
         worker_send_task_events=True,
         broker_connection_retry_on_startup=True,

@@ -120,7 +120,7 @@ also keeps when it last moved (a release, start, heartbeat or finish), so a
 health check can tell a lane that holds work and moves nothing
 (`health.py`). They are the only redelivery a fair lane needs, so kombu's emulation of
 acknowledgements (a copy of every delivered message in Redis until its ack)
-is off while fair dispatch is on (project/settings.py). Concurrency caps
+is off while fair dispatch is on (project/settings/). Concurrency caps
 and token-bucket rate limits park a key (in its group's `mc:` set, in
 `mthrottled`) or a group (in `capped` / `throttled`) until a finish or a
 token makes it eligible again; delayed jobs wait in a due-time

@@ -12,7 +12,7 @@ is unchanged: the method, the key, the part, the exact Content-Length, and a
 single PUT's If-None-Match.
 
 Only for what it knows how to make: a SigV4 client with path-style
-addressing and credentials (Fairlane's own settings, project/settings.py);
+addressing and credentials (Fairlane's own settings, project/settings/);
 `for_client` answers None otherwise, and the caller uses botocore.
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ event receivers read `task.multi` like single events; they see a task's
 state change up to that much later. Worker events (online, heartbeat,
 offline) are not buffered by Celery and are unchanged.
 
-Installed with `worker_consumer` (project/settings.py); the loop is
+Installed with `worker_consumer` (project/settings/); the loop is
 Celery's, only the moment of the flush changes. Events still buffered when
 the consumer shuts down are flushed then, so the last tasks' ends reach
 Flower. When the broker connection fails, Celery cancels the loop's timer

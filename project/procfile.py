@@ -39,7 +39,8 @@ def _terminate_process(self, pid: int) -> None:
 
 
 def run() -> None:
-    grace_s = float(os.environ.get("FAIRLANE_SHUTDOWN_GRACE_S", "30"))
+    from project.settings import FAIRLANE_SHUTDOWN_GRACE_S as grace_s  # the one place that reads it
+
     manager.KILL_WAIT = grace_s + STOP_MARGIN_S
     compat.ProcessManager.terminate = _terminate_process
     main(["start"])

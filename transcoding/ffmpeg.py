@@ -30,15 +30,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import imageio_ffmpeg
+from django.conf import settings
 
 from transcoding import limits
 from transcoding.errors import MediaError
 from transcoding.probe import DEMUXER_OPTIONS, open_options
 
 FFMPEG = imageio_ffmpeg.get_ffmpeg_exe()
-# x264 at 1080p needs a few hundred MB; 4 GiB of address space leaves room and
-# still stops a decoder that runs away on a crafted file.
-ADDRESS_SPACE_LIMIT = int(os.environ.get("FAIRLANE_FFMPEG_MAX_BYTES", str(4 * 1024**3)))
 PROGRESS_INTERVAL_S = 1.0
 # How often ffmpeg writes a progress block when the caller has an `on_tick`.
 TICK_S = 0.25
@@ -53,10 +51,11 @@ def _limits(cpu_seconds: int) -> Callable[[], None]:
     """The child's set-up between fork and exec. `run` waits for ffmpeg in
     the thread that starts it, which is what the parent-death signal watches."""
     parent = os.getpid()
+    address_space = settings.FAIRLANE_FFMPEG_MAX_BYTES  # read before the fork
 
     def apply() -> None:
         limits.die_with_parent(parent)
-        limits.set_limits(address_space_bytes=ADDRESS_SPACE_LIMIT, cpu_seconds=cpu_seconds)
+        limits.set_limits(address_space_bytes=address_space, cpu_seconds=cpu_seconds)
 
     return apply
 

@@ -25,7 +25,7 @@ from tests.promise import wait_for
 from tests.workers import test_database_url
 
 # Short leases and intervals so that each scenario recovers in seconds; the
-# production defaults are in project/settings.py (docs/reliability.md).
+# production defaults are in project/settings/ (docs/reliability.md).
 CHAOS_ENV = {
     "FAIRLANE_FAULT_INJECTION": "1",
     "FAIRLANE_JOB_LEASE_S": "4",

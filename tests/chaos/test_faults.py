@@ -152,7 +152,7 @@ def test_a_poison_pill_fails_after_bounded_attempts_and_others_keep_flowing(clus
 
 
 def _production_leases() -> dict[str, str]:
-    """The lease and sweep settings of project/settings.py's defaults."""
+    """The lease and sweep settings of project/settings/' defaults."""
     return {"FAIRLANE_JOB_LEASE_S": str(settings.FAIRLANE_JOB_LEASE_S), "FAIR_RECONCILE_S": str(settings.FAIR_RECONCILE_S),
             "FAIR_RUN_LEASE_S": str(settings.FAIR_LANES["cpu-transcode"]["run_lease_s"])}
 

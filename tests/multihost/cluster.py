@@ -16,7 +16,7 @@ from bench.private_services import Cluster
 
 # Short leases and sweeps so that a lost host is noticed in seconds. The
 # registration TTL is below the attempt lease's two thirds (see
-# FAIR_WORKER_TTL_S in project/settings.py), as in production.
+# FAIR_WORKER_TTL_S in project/settings/), as in production.
 CLUSTER_ENV = {
     "FAIRLANE_JOB_LEASE_S": "6",
     "FAIR_WORKER_TTL_S": "3",

@@ -52,3 +52,48 @@ def test_a_sending_lease_shorter_than_a_try_is_refused():
 def test_defaults_that_would_silently_mean_no_limit_are_refused(env):
     result = manage("check", **env)
     assert result.returncode != 0 and next(iter(env)) in result.stderr
+
+
+# Reads of the environment outside project/settings/environ.py, each with
+# its reason: none of them is a setting of the running product.
+ENV_READS_ALLOWED = {
+    ("project/embedded_seaweedfs.py", "FAIRLANE_SEAWEEDFS_IP"),  # a command-line tool bin/run starts before Django
+    ("transcoding/ffmpeg.py", "PATH"),  # passed on to ffmpeg's own environment
+    ("transcoding/sandbox.py", "GLIBC_TUNABLES"),  # passed on to the decoding child's, extended
+}
+PRODUCT_PACKAGES = ("project", "dispatcher", "media", "uploads", "organisations", "transcoding", "exports", "notify")
+
+
+def _environment_reads(path: Path) -> list[str]:
+    """The variable names `path` reads with os.environ.get, os.environ[...]
+    or os.getenv ("?" when the name is not a literal)."""
+    import ast
+
+    def is_environ(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "environ" and getattr(node.value, "id", "") == "os"
+
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        arg = None
+        if isinstance(node, ast.Call) and node.args and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "get" and is_environ(node.func.value))
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "getenv"
+                    and getattr(node.func.value, "id", "") == "os")):
+            arg = node.args[0]
+        elif isinstance(node, ast.Subscript) and is_environ(node.value) and isinstance(node.ctx, ast.Load):
+            arg = node.slice
+        if arg is not None:
+            names.append(arg.value if isinstance(arg, ast.Constant) else "?")
+    return names
+
+
+def test_only_the_settings_read_the_environment():
+    """One place reads the environment (project/settings/environ.py): a
+    setting read anywhere else would escape docs/configuration.md and the
+    settings' checks."""
+    found = {(str(path.relative_to(ROOT)), name)
+             for package in PRODUCT_PACKAGES for path in (ROOT / package).rglob("*.py")
+             if "migrations" not in path.parts and path != ROOT / "project/settings/environ.py"
+             for name in _environment_reads(path)}
+    assert found - ENV_READS_ALLOWED == set()
+    assert _environment_reads(ROOT / "project/settings/environ.py"), "the scan finds the reads it looks for"

@@ -1,0 +1,48 @@
+"""The REST API (DRF): authentication, pagination, errors, throttling,
+its OpenAPI schema, and Idempotency-Key answers. Its rates per plan are
+limits (limits.py)."""
+from __future__ import annotations
+
+from project.settings.environ import env
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Newest first by a cursor on created_at: O(page) at any depth, stable
+    # while new rows arrive (uploads/pagination.py).
+    "DEFAULT_PAGINATION_CLASS": "uploads.pagination.NewestFirstCursorPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "uploads.api_errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "uploads.api_schema.AutoSchema",  # adds the common error answers
+    # Requests a minute per user and route class, from the user's plan
+    # (below), shared by every web host through Redis (uploads/throttling.py).
+    "DEFAULT_THROTTLE_CLASSES": ["uploads.throttling.PlanRateThrottle"],
+    # Anonymous requests are counted by address: the client's as the last
+    # of this many proxies in front of the web hosts saw it (X-Forwarded-For),
+    # or REMOTE_ADDR with 0, so a client cannot pick its own.
+    "NUM_PROXIES": int(env("FAIRLANE_API_PROXIES", "0")),
+}
+# The OpenAPI 3 schema (/api/schema/) is generated from the views; its docs
+# page (/api/docs/, Swagger UI) is served from our static files. Public: the
+# schema describes the API, it holds no user data.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Fairlane API",
+    "DESCRIPTION": "Upload media, follow and control its processing, export and delete it; webhooks and "
+                   "notification preferences. Authenticate with `Authorization: Token <token>` (or the "
+                   "browser session plus the `X-CSRFToken` header). Every error answers "
+                   "`{\"error\": {\"code\", \"message\", ...}}`. See docs/api.md.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {"JobStatusEnum": "uploads.models.Job.Status"},
+}
+# Idempotency-Key answers are kept this long (uploads/idempotency.py): a
+# client retrying within a day gets the first answer; after it the key is
+# free again. A day is what Stripe keeps and covers any sane retry loop.
+FAIRLANE_IDEMPOTENCY_TTL_S = int(env("FAIRLANE_IDEMPOTENCY_TTL_S", str(24 * 3600)))
