@@ -50,6 +50,7 @@ from django.utils import timezone
 
 import media
 from media import direct as store
+from project.bulk_insert import insert_many
 from uploads import limits, services
 from uploads.errors import ApplicationError
 from uploads.models import DirectUpload, Upload
@@ -127,7 +128,7 @@ def direct_uploads_create(*, owner: AbstractBaseUser, files: list[NewFile]) -> l
     with transaction.atomic():
         limits.owner_lock([owner.pk])
         _check_room(owner, uploads=len(rows), bytes_=sum(f.size or 0 for f in files))
-        DirectUpload.objects.bulk_create(rows)
+        insert_many(DirectUpload, rows)
     try:
         ids = _in_parallel(lambda row: store.begin(row.key, single=part_count(row) == 1, tag=STAGING_TAG), rows)
     except Exception:

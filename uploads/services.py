@@ -24,6 +24,7 @@ import media
 import organisations
 from dispatcher import KeyPolicy
 from project import logcontext, metrics, passes, plans
+from project.bulk_insert import insert_many
 from project.dbclock import db_now
 from project.lanes import Lane
 from uploads import lifecycle, limits, parts
@@ -132,7 +133,7 @@ def uploads_record(
         Batch.objects.create(id=batch, owner=owner, created_at=now, name=name)
         uploads = [Upload(owner=owner, batch=batch, filename=f.filename, size=f.size,
                           client_content_type=f.content_type, file=f.key) for f in files]
-        Upload.objects.bulk_create(uploads)
+        insert_many(Upload, uploads)
         jobs = []
         for upload in uploads:
             job = Job(upload=upload, owner=owner, lane=Lane.CPU_TRANSCODE, queued_at=now,
@@ -143,7 +144,7 @@ def uploads_record(
             # The job as accepted: once committed, a worker may move it on
             # before the caller answers, and the answer is about acceptance.
             upload.accepted_job = job
-        Job.objects.bulk_create(jobs)
+        insert_many(Job, jobs)
         job_ids = [str(job.id) for job in jobs]
         dispatcher.after_commit(lambda: _enqueue_committed(job_ids))
     return uploads
