@@ -73,3 +73,36 @@ def test_the_release_tag_appears_only_where_the_message_id_goes(app):
 def test_a_task_routed_elsewhere_than_a_plain_queue_is_refused(app):
     with pytest.raises(ValueError, match="pre-built"):
         build(app, "bench.cpu.spin", [], job_id="j", headers={}, options={"exchange": "elsewhere"})
+
+
+@pytest.mark.parametrize(("task_name", "args", "options"), [
+    ("transcoding.job_run", ["{job}"], {"time_limit": 930, "soft_time_limit": 900}),
+    ("bench.cpu.spin", ["{job}", "user é/\"quoted\"", 12.5], {}),
+    ("bench.cpu.spin", ["{job}", "{job}-suffix", ("a", 1)], {}),  # the id inside another value; a tuple
+])
+def test_the_next_jobs_messages_are_what_send_task_pushes_for_them(app, redis_client, task_name, args, options):
+    """After the first of a batch, messages come from its template (the
+    same text with the job's id and body put in): each must still be
+    exactly what send_task pushes for that job."""
+    headers = {"fairlane_lane": "some-lane", "fairlane_key": "user-7"}
+    for job_id in ("0b4f3c1e-1111", "a2-second.job:7", "third_3"):
+        job_args = [a.replace("{job}", job_id) if isinstance(a, str) else a for a in args]
+        queue, stored, event = build(app, task_name, job_args, job_id=job_id, headers=headers, options=options)
+        built = json.loads(stored.replace(RELEASE_TAG, TAG))
+        sent = _sent(app, redis_client, queue, task_name, job_args, f"{job_id}@{TAG}", headers, options)
+        assert built["properties"].pop("delivery_tag") == f"{job_id}@{TAG}"
+        sent["properties"].pop("delivery_tag")
+        assert built == sent
+        assert event["uuid"] == f"{job_id}@{RELEASE_TAG}" and event["args"] == sent["headers"]["argsrepr"]
+
+
+def test_a_template_serves_the_jobs_of_a_batch():
+    """The point of it: a batch's jobs build one message the long way."""
+    from dispatcher import message
+
+    message._template.cache_clear()
+    for i in range(5):
+        build(project_app, "transcoding.job_run", [f"job-{i}"], job_id=f"job-{i}", headers={"h": "v"},
+              options={"time_limit": 930})
+    info = message._template.cache_info()
+    assert (info.misses, info.hits) == (1, 4)
