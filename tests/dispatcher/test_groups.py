@@ -5,6 +5,7 @@ by theirs (dispatcher/__init__.py). Shares are measured in worker time
 the numbers are exact for the scheduler's order, not timing."""
 from __future__ import annotations
 
+import heapq
 from collections import Counter, deque
 
 import pytest
@@ -213,3 +214,47 @@ def test_measured_costs_unlike_the_estimates_keep_both_levels_shares(sched, weig
     # the lightest member gets, and one job in flight each.
     assert (spent["m1"] + spent["m2"]) / spent["b"] == pytest.approx(1.0, rel=0.05), spent
     assert spent["m2"] / spent["m1"] == pytest.approx(weights["m2"] / weights["m1"], rel=0.05), spent
+
+
+def test_members_weighted_1_to_2_as_make_bench_fairness_runs_them(sched):
+    """bench/fairness.py's organisation_members, without workers or timing:
+    300 rounds of one job each for omA-1 (weight 1) and omA-2 (weight 2)
+    in A and omB-0 in B, submitted 1 ms apart through the hot path
+    (submit_and_release: the first ones go straight to the queue), two
+    slots, each job finished with a measured cost unlike its 30 ms estimate
+    (a fixed cycle up to 6x, as stalls on a loaded machine make them), on a
+    virtual clock. Measured as the benchmark measures it (its interval and
+    shares), the ratio is 2: the 2.195 the benchmark once read came from
+    its run on a loaded machine, not from the scheduler (bench/fairness.py)."""
+    from bench.fairness import backlogged_interval, shares as time_shares
+
+    sched.register_worker("w1", 2, ttl_s=3600, now=0)  # the benchmark's two slots
+    weights = {"omA-1": 1.0, "omA-2": 2.0}
+    measured = [0.030, 0.031, 0.045, 0.030, 0.180, 0.033, 0.030, 0.062, 0.030]
+    events = []  # (time, order, job id or None for a submit, key, group, weight)
+    order = 0
+    for i in range(300):
+        for key, group, weight in (("omA-1", "A", 1.0), ("omA-2", "A", 2.0), ("omB-0", "B", 1.0)):
+            order += 1
+            events.append((order / 1000, order, None, f"{key}-{order}", key, group, weight))
+    heapq.heapify(events)
+    queue, free, runs, started = deque(), 2, {}, 0
+    while events:
+        now, _, finished, job_id, key, group, weight = heapq.heappop(events)
+        if finished is None:
+            _, released = sched.submit_and_release(job_id, key, cost=0.030, weight=weight, group=group, now=now)
+        else:
+            free += 1
+            released = sched.finish(job_id, actual_cost=runs[job_id]["end"] - runs[job_id]["start"], key=key,
+                                    group=group, now=now)
+        queue += [j for j, _ in released]
+        while free and queue:
+            job_id, free = queue.popleft(), free - 1
+            key = owner(job_id)
+            runs[job_id] = {"key": key, "start": now, "end": now + measured[started % len(measured)]}
+            started += 1
+            order += 1
+            heapq.heappush(events, (runs[job_id]["end"], order, True, job_id, key, "B" if key == "omB-0" else "A", 0))
+    assert len(runs) == 900
+    got = time_shares(runs, list(weights), *backlogged_interval(runs, list(weights)))
+    assert got["omA-2"] / got["omA-1"] == pytest.approx(2.0, rel=0.02), got
