@@ -50,17 +50,11 @@ FAIRLANE_API_UPLOADS_PER_MIN = int(env("FAIRLANE_API_UPLOADS_PER_MIN", "1200"))
 FAIRLANE_API_REPLAYS_PER_MIN = int(env("FAIRLANE_API_REPLAYS_PER_MIN", "60"))
 # Anonymous requests (the schema and its docs page; everything else needs a user), per address.
 FAIRLANE_API_ANON_PER_MIN = int(env("FAIRLANE_API_ANON_PER_MIN", "60"))
-# The web threads one user's requests may hold at once in each web process
-# (uploads/thread_bound.py): half of the Procfile's WEB_THREADS, so that the
-# other half always serves everyone else, however many requests one user
-# has in flight.
-FAIRLANE_WEB_USER_THREADS = int(env("FAIRLANE_WEB_USER_THREADS", str(max(1, int(env("WEB_THREADS", "4")) // 2))))
 # Like a plan's own limits (project/plans.py), the defaults are at least 1
 # (and notifications.py's):
 # 0 would shut every user without a plan out.
 if min(FAIRLANE_API_READS_PER_MIN, FAIRLANE_API_WRITES_PER_MIN, FAIRLANE_API_UPLOADS_PER_MIN,
        FAIRLANE_API_REPLAYS_PER_MIN, FAIRLANE_API_ANON_PER_MIN, FAIRLANE_MAX_QUEUED_JOBS,
-       FAIRLANE_MAX_PENDING_UPLOADS, FAIRLANE_MAX_USER_PENDING_BYTES, FAIRLANE_WEB_USER_THREADS) < 1:
+       FAIRLANE_MAX_PENDING_UPLOADS, FAIRLANE_MAX_USER_PENDING_BYTES) < 1:
     raise ImproperlyConfigured("the per-user limits (FAIRLANE_API_*_PER_MIN, FAIRLANE_MAX_QUEUED_JOBS, "
-                               "FAIRLANE_MAX_PENDING_UPLOADS, FAIRLANE_MAX_USER_PENDING_BYTES, "
-                               "FAIRLANE_WEB_USER_THREADS) must be at least 1")
+                               "FAIRLANE_MAX_PENDING_UPLOADS, FAIRLANE_MAX_USER_PENDING_BYTES) must be at least 1")

@@ -19,26 +19,13 @@ window.fairlane = (function () {
     b.addEventListener("click", action);
     return b;
   }
-  // fetch(), sent again after its Retry-After while the answer is 429
-  // `busy`: too many of the user's requests at once (their other pages'
-  // polls, a long batch action), refused before anything was done
-  // (docs/api.md, "Limits"). Every request of the pages goes through it.
-  async function request(url, options) {
-    for (let tries = 0; ; tries++) {
-      const resp = await fetch(url, options);
-      if (resp.status !== 429 || tries >= 30) return resp;
-      const data = await resp.clone().json().catch(() => null);
-      if (data?.error?.code !== "busy") return resp;
-      await new Promise(r => setTimeout(r, 1000 * Math.max(1, Number(resp.headers.get("Retry-After")) || 1)));
-    }
-  }
   // A request that changes something (POST, PATCH, DELETE; a JSON body when
   // given); a refusal is shown with the API's message. Returns the answer's
   // JSON body ({} when it has none), or null when refused.
   async function send(method, url, body) {
     const headers = {"X-CSRFToken": csrf};
     if (body !== undefined) headers["Content-Type"] = "application/json";
-    const resp = await request(url, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
+    const resp = await fetch(url, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
     const data = await resp.json().catch(() => ({}));
     if (!resp.ok && resp.status !== 404) {
       alert(data?.error?.message || `Refused (${resp.status}).`);
@@ -65,5 +52,5 @@ window.fairlane = (function () {
     for (const [unit, scale] of [["GB", 1e9], ["MB", 1e6], ["kB", 1e3]]) if (n >= scale) return `${(n / scale).toFixed(1)} ${unit}`;
     return `${n} bytes`;
   }
-  return {csrf, cell, emptyRow, button, request, send, act, duration, number, bytes};
+  return {csrf, cell, emptyRow, button, send, act, duration, number, bytes};
 })();

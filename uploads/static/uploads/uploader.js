@@ -24,11 +24,9 @@ window.fairlaneUploader = (function () {
   }
 
   // The API, with retries for what may pass: no answer or a 5xx, a few
-  // times; a request over the user's API rate (429 `throttled`) or past the
-  // requests a user may have in progress at once (429 `busy`, refused before
-  // anything was done) after the Retry-After it names, as often as it takes
-  // (docs/api.md, "Limits"). Any other 429 is a limit of the user's plan:
-  // said at once.
+  // times; a request over the user's API rate (429 `throttled`) after the
+  // Retry-After it names, as often as it takes (docs/api.md, "Limits"). Any
+  // other 429 is a limit of the user's plan: said at once.
   async function api(method, url, body, headers = {}) {
     for (let attempt = 0; ; attempt++) {
       let resp;
@@ -42,7 +40,7 @@ window.fairlaneUploader = (function () {
       }
       const data = resp.status === 204 ? null : await resp.json().catch(() => null);
       if (resp.ok) return data;
-      if (resp.status === 429 && ["throttled", "busy"].includes(data?.error?.code)) {
+      if (resp.status === 429 && data?.error?.code === "throttled") {
         await sleep(1000 * Math.max(1, Number(resp.headers.get("Retry-After")) || 1));
         attempt--;
         continue;
