@@ -17,7 +17,7 @@ import media
 from bench.ports import free_port
 from notify import services as notify_services
 from project.lanes import Lane
-from tests.workers import lane_paused
+from tests.workers import RUNNING, lane_paused, wait_settled
 from uploads import attempts, services
 from uploads.models import Job, Upload
 
@@ -48,6 +48,11 @@ def outage(settings, redis_client):
     with lane_paused("cpu-transcode"), lane_paused("io-notify"):  # the session's workers keep out of it
         yield outage
         outage.end()
+    # Back in, the session's workers take what the test released (its job's
+    # notify task): let them finish before pytest-django's flush, which a
+    # worker's read beside it turns into a deadlock (a fresh clone's error).
+    if RUNNING:
+        wait_settled(timeout_s=30)
 
 
 def png() -> SimpleUploadedFile:
