@@ -40,7 +40,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench import output_bytes
+from bench import live_cost, output_bytes
 from bench.harness import Environment, Worker
 
 # Django is set up by the Environment (its private Redis and database) in
@@ -201,7 +201,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b, c, d) = plt.subplots(1, 4, figsize=(22, 4.5), gridspec_kw={"width_ratios": [1, 1, 1, 1.4]})
+    fig, (a, b, c, d, e) = plt.subplots(1, 5, figsize=(27, 4.5), gridspec_kw={"width_ratios": [1, 1, 1, 1.4, 1]})
     names = ["single_pass", "per_output"]
     x = range(len(names))
     a.bar([i - 0.2 for i in x], [result["ladder"][n]["cpu_s"] for n in names], 0.4, label="CPU s")
@@ -225,6 +225,7 @@ def plot(result: dict, path: Path) -> None:
     c.set_title("orchestration overhead")
     c.legend()
     output_bytes.plot(d, result["output_bytes"])
+    live_cost.plot(e, result["growing_playlists"])
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -234,16 +235,24 @@ def main() -> None:
     env = Environment()
     from tests.media import make_video
     from transcoding import ffmpeg, ladder
+    from django.conf import settings
+
+    from bench.private_services import PrivateSeaweedFS
+    from project.settings import s3_storages
     from transcoding.probe import probe_file
 
     work = Path(tempfile.mkdtemp(prefix="bench-media-"))
+    s3 = PrivateSeaweedFS("127.0.0.1")
     try:
+        s3_settings = {"FAIRLANE_STORAGE": "s3", "STORAGES": {**settings.STORAGES, **s3_storages(s3.env())}}
         src = make_video(work / "src.mp4", seconds=BENCH_SECONDS, size=SOURCE_SIZE, video_args=SOURCE_ARGS)
         result = {"cores": os.cpu_count(), "clip": f"{SOURCE_SIZE} {BENCH_SECONDS:g} s h264 CRF 18 + aac",
                   "clips": CLIPS,
                   "ladder": ladder_vs_per_output(src, work), "lanes": lanes(src, work),
-                  "overhead": overhead(work), "output_bytes": output_bytes.measure(work)}
+                  "overhead": overhead(work), "output_bytes": output_bytes.measure(work),
+                  "growing_playlists": live_cost.measure(work, s3_settings)}
     finally:
+        s3.stop()
         shutil.rmtree(work, ignore_errors=True)
         env.close()
     RESULTS.mkdir(exist_ok=True)
@@ -265,6 +274,7 @@ def main() -> None:
         print(f"{o['clip_s']:>3} s | {o['bare_ffmpeg_s']:>13.2f} | {o['job_s']:>27.2f} | {o['job_wait_s']:>16.3f} | "
               f"{o['overhead_s']:+.2f} s ({o['overhead_pct']:+.1f} %)")
     print("\n" + output_bytes.table(result["output_bytes"]))
+    print("\n" + live_cost.table(result["growing_playlists"]))
 
 
 if __name__ == "__main__":

@@ -34,10 +34,10 @@ behind a flood at most one running job (or chunk) plus 10 s, the bound
 being the longest flood job/chunk that was running when the light upload
 was accepted.
 
-Writes bench/results/ttfp.json and ttfp.png (after each run, so that a
+Writes bench/results/ttfp.json and ttfp.png (`--results NAME`: NAME.json and .png; after each run, so that a
 long run stopped late keeps its numbers) and prints a table.
     python -m bench.ttfp [--seconds 10 60] [--long] [--slots 2] [--hosts 1 2]
-                         [--flood 0 12] [--flood-seconds 20]
+                         [--flood 0 12] [--flood-seconds 20] [--results ttfp]
 """
 from __future__ import annotations
 
@@ -75,6 +75,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--flood", type=int, nargs="+", default=[0],
                    help="videos another user uploads before each source (0: idle lane)")
     p.add_argument("--flood-seconds", type=float, default=20, help="the flood's sources' duration")
+    p.add_argument("--results", default="ttfp",
+                   help="the results' name in bench/results (a long run kept beside the short ones: ttfp-long)")
     return p.parse_args(argv)
 
 
@@ -302,8 +304,9 @@ def save(result: dict) -> None:
     result["load_after"] = os.getloadavg()[0]
     result["targets"] = targets(result["runs"])
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "ttfp.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, RESULTS / "ttfp.png")
+    name = result["params"]["results"]
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, RESULTS / f"{name}.png")
 
 
 def main(argv: list[str]) -> int:
