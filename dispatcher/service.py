@@ -332,8 +332,8 @@ def cancel(task_name: str, job_ids: list[str]) -> None:
     if is_fair(lane):
         sched = scheduler(lane)
         announced = sched.pending_tags(job_ids) if monitor.enabled(celery_app()) else [None] * len(job_ids)
-        canceled = [(job_id, *pending) for job_id, pending in zip(job_ids, announced)
-                    if sched.cancel(job_id) and pending]
+        canceled = [(job_id, *pending) for job_id, pending, done in zip(job_ids, announced, sched.cancel_many(job_ids))
+                    if done and pending]
         monitor.announce_canceled(celery_app(), canceled)
 
 

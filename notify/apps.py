@@ -11,6 +11,6 @@ class NotifyConfig(AppConfig):
         from uploads import lifecycle
 
         # A job's owner hears of its ending (uploads announces it after commit).
-        lifecycle.job_finished.connect(services.job_finished_receive)
+        lifecycle.job_finished.connect(services.job_finished_receive, many=services.jobs_finished_receive)
         # ... and that a video can be watched before it has finished.
         lifecycle.job_playable.connect(services.job_playable_receive)

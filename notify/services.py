@@ -120,6 +120,18 @@ def job_finished_receive(event: JobFinished) -> None:
     job_finished_notify(job_id=event.job_id, owner_id=event.owner_id, status=event.status)
 
 
+def jobs_finished_receive(events: list[JobFinished]) -> None:
+    """The same for many endings at once (a batch canceled): the owners'
+    plans in one query, the tasks in pipelined round trips."""
+    ended = [e for e in events if e.status in TERMINAL_JOB_STATUSES]
+    plans = plans_for({e.owner_id for e in ended})
+    dispatcher.enqueue_many([
+        dispatcher.Submission(TASK_JOB_FINISHED, [str(e.job_id), e.status],
+                              task_id=_job_finished_task_id(e.job_id, e.status), fair_key=str(e.owner_id),
+                              cost=NOTIFY_COST_S, policy=plans.get(e.owner_id))
+        for e in ended])
+
+
 def job_playable_receive(event: JobPlayable) -> None:
     """uploads.lifecycle's announcement that a video can be watched (after
     its commit): its job.playable event, off the worker's path. Nothing

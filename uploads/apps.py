@@ -10,4 +10,4 @@ class UploadsConfig(AppConfig):
 
         # Every finished job is measured for the batch estimates, in the
         # process that ended it (uploads/rates.py).
-        lifecycle.job_finished.connect(rates.job_measured)
+        lifecycle.job_finished.connect(rates.job_measured, many=rates.jobs_measured)

@@ -282,9 +282,23 @@ def job_measured(event: JobFinished) -> None:
     """Receiver of lifecycle.job_finished, in the process that ended the
     job: a succeeded job becomes a sample of its keys. Any job's end moves
     this process's `_last_end` (a failed job held the slot too)."""
-    row = (Job.objects.filter(id=event.job_id)
-           .values("kind", "media_info", "cost_estimate", "queued_at", "created_at", "started_at", "finished_at",
-                   "upload__filename", "upload__size").first())
+    _measured(event, _rows([event.job_id]).get(str(event.job_id)))
+
+
+def jobs_measured(events: list[JobFinished]) -> None:
+    """job_measured for many endings at once (a batch canceled): their rows in one query."""
+    rows = _rows([e.job_id for e in events])
+    for event in events:
+        _measured(event, rows.get(str(event.job_id)))
+
+
+def _rows(job_ids: list[str]) -> dict[str, dict]:
+    return {str(row.pop("id")): row for row in Job.objects.filter(id__in=job_ids).values(
+        "id", "kind", "media_info", "cost_estimate", "queued_at", "created_at", "started_at", "finished_at",
+        "upload__filename", "upload__size")}
+
+
+def _measured(event: JobFinished, row: dict | None) -> None:
     if row is None or row["finished_at"] is None:
         return
     pid = os.getpid()

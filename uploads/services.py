@@ -481,22 +481,58 @@ def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]
     """queued/running -> canceled. A held job leaves its user's backlog at
     once; a released one is dropped by its guarded start; a running one stops
     at its next progress report (its ffmpeg process group is killed and its
-    work directory removed). Returns the jobs that were canceled."""
-    canceled = []
+    work directory removed). Returns the jobs that were canceled.
+
+    What a batch mostly holds, jobs waiting that never started and have no
+    parts, ends in a few statements for all of them (`_waiting_cancel`),
+    whatever their number; the rest (running, a chunked video's, a part)
+    end one by one through job_finish. The dispatcher hears once, after
+    commit, in pipelined round trips."""
+    message = f"Canceled by {actor}."
     with transaction.atomic():
-        for job in Job.objects.select_for_update().filter(
-                id__in=list(job_ids), status__in=[Job.Status.QUEUED, Job.Status.RUNNING]):
-            if job_finish(job_id=str(job.id), status=Job.Status.CANCELED, error_code="canceled",
-                          error_message=f"Canceled by {actor}."):
+        jobs = list(Job.objects.select_for_update().filter(
+            id__in=list(job_ids), status__in=[Job.Status.QUEUED, Job.Status.RUNNING]))
+        waiting = {job.id for job in jobs
+                   if job.status == Job.Status.QUEUED and job.started_at is None and job.parent_id is None}
+        waiting -= set(Job.objects.filter(parent_id__in=waiting).values_list("parent_id", flat=True))
+        canceled = _waiting_cancel([job for job in jobs if job.id in waiting], message)
+        for job in jobs:
+            if job.id not in waiting and job_finish(job_id=str(job.id), status=Job.Status.CANCELED,
+                                                    error_code="canceled", error_message=message):
                 canceled.append(job)
         by_task: dict[str, list[str]] = {}
         for job in canceled:
             by_task.setdefault(job_task_name(job), []).append(str(job.id))
-        ids = [str(job.id) for job in canceled]
         # A released job that could not be withdrawn is dropped by its guarded start.
         dispatcher.after_commit(lambda: [dispatcher.cancel(task, task_ids) for task, task_ids in by_task.items()])
-    log.info("%s canceled %d job(s): %s", actor, len(canceled), ids)
+    log.info("%s canceled %d job(s): %s", actor, len(canceled), [str(job.id) for job in canceled[:20]])
     return canceled
+
+
+def _waiting_cancel(jobs: list[Job], message: str) -> list[Job]:
+    """job_finish's cancel for jobs (locked by the caller) that are queued,
+    never started and have no parts: one UPDATE of the jobs, one of their
+    open attempts (a job a reap put back has one), and after commit their
+    metrics and one announcement of them all (lifecycle.send_many)."""
+    if not jobs:
+        return []
+    now = db_now()
+    ids = [job.id for job in jobs]
+    Job.objects.filter(id__in=ids).update(
+        status=Job.Status.CANCELED, finished_at=now, process_ms=None, lease_expires_at=None, notify_pending=True,
+        error_code="canceled", error_message=message)
+    JobAttempt.objects.filter(job_id__in=ids, finished_at__isnull=True).update(
+        finished_at=now, outcome=Job.Status.CANCELED, error_code="canceled", error_message=message)
+
+    def announce() -> None:
+        for job in jobs:
+            metrics.observe_job(lane=job.lane, kind=job.kind, outcome=Job.Status.CANCELED,
+                                wait_s=None if job.wait_ms is None else job.wait_ms / 1000, process_s=None)
+        lifecycle.job_finished.send_many([lifecycle.JobFinished(job_id=str(job.id), owner_id=job.owner_id,
+                                                                status=Job.Status.CANCELED) for job in jobs])
+
+    dispatcher.after_commit(announce)
+    return list(jobs)
 
 
 def batch_default_name(*, filenames: list[str], at: datetime) -> str:

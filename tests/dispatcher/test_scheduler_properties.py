@@ -817,6 +817,12 @@ class SchedulerMachine(RuleBasedStateMachine):
     def cancel(self, job_id):
         assert self.sched.cancel(job_id) == self.model.cancel(job_id)
 
+    @rule(job_ids=st.lists(JOB_IDS, max_size=6), batch=st.sampled_from([1, 2, 500]))
+    def cancel_many(self, job_ids, batch):
+        """A batch's cancel: the same script for each, pipelined in rounds of
+        `batch` (a job named twice is canceled once)."""
+        assert self.sched.cancel_many(job_ids, batch=batch) == [self.model.cancel(j) for j in job_ids]
+
     @precondition(lambda self: self.model.queue)
     @rule()
     def take_a_message(self):

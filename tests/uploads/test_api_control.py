@@ -183,3 +183,70 @@ def test_deleting_an_export_job_keeps_the_batch(make_user, post_upload, act, tmp
     assert act(alice, "delete", f"/api/jobs/{export.id}/").status_code == 204
     assert not stored(zip_root) and not Job.objects.filter(id=export.id).exists()
     assert Job.objects.filter(id=job.id).exists() and media.exists(job.upload.file.name)
+
+
+def _batch_cancel_cost(user, post_upload, act, count: int) -> tuple[int, list[Job], list]:
+    """Upload `count` files, cancel their batch through the API with its
+    after-commit work run, and return the database statements that took,
+    the jobs, and what lifecycle.job_finished's receivers heard."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from uploads import lifecycle
+
+    jobs = post_upload(user, *(f"f{i}.mp4" for i in range(count)))
+    heard: list = []
+    lifecycle.job_finished.connect(heard.append, many=lambda events: heard.append(list(events)))
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            resp = act(user, "post", f"/api/batches/{jobs[0].upload.batch}/cancel/")
+    finally:
+        lifecycle.job_finished.disconnect(heard.append)
+    assert resp.status_code == 200, resp.content
+    return len(queries), jobs, heard
+
+
+def test_a_batch_cancel_takes_the_same_statements_whatever_the_batch_s_size(make_user, post_upload, act):
+    """Issue 32: a 5,000-job cancel must not hold a web thread for minutes.
+    The waiting jobs end in a few set-based statements, their owners' notify
+    tasks are submitted together and the dispatcher withdraws them in
+    pipelined rounds: 3 and 40 jobs cost the same number of statements, and
+    every job is canceled, withdrawn, announced once and has its open
+    attempt closed."""
+    from tests.workers import lane_paused
+
+    small, _, _ = _batch_cancel_cost(make_user("small"), post_upload, act, 3)
+    bob = make_user("bob")
+    with lane_paused("io-notify"):  # the owner's notify tasks stay where the cancel put them
+        large, jobs, heard = _batch_cancel_cost(bob, post_upload, act, 40)
+        notify = dispatcher.scheduler(Lane.IO_NOTIFY)
+        assert all(notify.known(f"notify-job-{j.id}-canceled") for j in jobs)
+    assert large == small
+    assert set(Job.objects.filter(id__in=[j.id for j in jobs]).values_list("status", flat=True)) == {"canceled"}
+    assert all(held(j) is None for j in jobs)
+    [events] = heard  # one announcement of them all
+    assert sorted(e.job_id for e in events) == sorted(str(j.id) for j in jobs)
+    assert {(e.owner_id, e.status) for e in events} == {(bob.id, "canceled")}
+    assert Job.objects.filter(id__in=[j.id for j in jobs], notify_pending=True).count() == 40  # the outbox
+    assert JobAttempt.objects.filter(job__in=jobs).count() == 0
+
+
+def test_a_cancel_ends_waiting_running_and_reaped_jobs_alike(make_user, post_upload, act):
+    """The set-based path takes the jobs that are waiting and never started;
+    a running job (and one a reap put back, started once) ends through
+    job_finish as before; each one's open attempt is closed with it."""
+    alice = make_user("alice")
+    waiting, running, reaped = post_upload(alice, "a.mp4", "b.mp4", "c.mp4")
+    now = timezone.now()
+    Job.objects.filter(id=running.id).update(status=Job.Status.RUNNING, started_at=now, attempts=1)
+    Job.objects.filter(id=reaped.id).update(started_at=now, attempts=1)
+    for job in (running, reaped, waiting):
+        JobAttempt.objects.create(job=job, number=1, started_at=now)
+    body = act(alice, "post", f"/api/batches/{waiting.upload.batch}/cancel/").json()
+    assert body["counts"]["canceled"] == 3
+    for job in (waiting, running, reaped):
+        job.refresh_from_db()
+        assert (job.status, job.error_code, job.lease_expires_at) == ("canceled", "canceled", None)
+        assert job.finished_at and job.error_message.startswith("Canceled by")
+        assert JobAttempt.objects.get(job=job).outcome == "canceled"
+    assert running.process_ms is not None and waiting.process_ms is None

@@ -71,6 +71,28 @@ def test_a_jobs_ending_is_announced_once_its_transaction_commits(make_user, redi
     assert task is not None  # notify's receiver (notify/apps.py) submitted it
 
 
+def test_send_many_gives_each_receiver_all_the_events_at_once_or_one_by_one():
+    """A batch's endings in one announcement: a receiver with a `many` hears
+    them in one call; one without hears each, and an event it fails on does
+    not keep it from the next, nor the other receivers from theirs."""
+    events = [lifecycle.JobFinished(job_id=str(i), owner_id=1, status="canceled") for i in range(3)]
+    together, one_by_one = [], []
+
+    def each(event):
+        if event.job_id == "1":
+            raise RuntimeError("a receiver's failure")
+        one_by_one.append(event)
+
+    hook = lifecycle.Hook(lifecycle.JobFinished)  # job_finished's kind, without the apps' receivers
+    hook.connect(together.append, many=together.append)
+    hook.connect(each)
+    hook.send_many(events)
+    with pytest.raises(TypeError):
+        hook.send_many([lifecycle.JobRestarted(job_id="1", checkpoint={})])
+    assert together == [events]
+    assert one_by_one == [events[0], events[2]]
+
+
 @pytest.mark.django_db
 def test_retrying_an_export_lets_exports_discard_its_unfinished_upload(storage_backend, make_user, redis_client,
                                                                       tmp_path, django_capture_on_commit_callbacks):
