@@ -250,3 +250,23 @@ def test_a_cancel_ends_waiting_running_and_reaped_jobs_alike(make_user, post_upl
         assert job.finished_at and job.error_message.startswith("Canceled by")
         assert JobAttempt.objects.get(job=job).outcome == "canceled"
     assert running.process_ms is not None and waiting.process_ms is None
+
+
+def test_a_batch_retry_takes_the_same_statements_whatever_the_batch_s_size(make_user, post_upload, act):
+    """The retry of a canceled batch is set-based too: one UPDATE of the
+    jobs, their removed outputs and parts, one submit of them all."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    costs = []
+    for name, count in (("small", 3), ("large", 40)):
+        user = make_user(name)
+        jobs = post_upload(user, *(f"f{i}.mp4" for i in range(count)))
+        batch = jobs[0].upload.batch
+        assert act(user, "post", f"/api/batches/{batch}/cancel/").status_code == 200
+        with CaptureQueriesContext(connection) as queries:
+            assert act(user, "post", f"/api/batches/{batch}/retry/").status_code == 202
+        costs.append(len(queries))
+        assert set(Job.objects.filter(upload__batch=batch).values_list("status", flat=True)) == {"queued"}
+        assert all(held(j) == "delayed" for j in jobs)
+    assert costs[0] == costs[1]
