@@ -29,7 +29,9 @@ scenario, the median and the worst, and how often the real finish fell
 inside the estimate's range. The baseline, at the same moments of the
 same run: the estimate before measured rates (the jobs' static
 `cost_estimate` at the same share, which is estimate_finish with no
-rates), whose error the issue found 2-3x. The estimate assumes the competition it sees
+rates), whose error the issue found 2-3x; and the previous measured
+rates (each key's per-sample mean, 1/32 per job, before the time-weighted
+ratio of sums), from the same Redis hashes. The estimate assumes the competition it sees
 lasts, so a user arriving later is a change it cannot foresee: the
 minutes before and after the arrival are reported apart as well.
 """
@@ -129,19 +131,32 @@ def _batch(client, batch_id) -> dict:
     return resp.json()
 
 
-def _static_estimate(owner, batch_id, now: datetime) -> float | None:
-    """The baseline: seconds left by the jobs' static estimates at the
-    user's current share, as the batch API said before measured rates."""
-    from uploads import estimates, selectors
+def _other_estimates(owner, batch_id, now: datetime) -> tuple[float | None, float | None]:
+    """Seconds left as two other estimators say at the same moment, at the
+    user's current share: the baseline (the jobs' static estimates, as the
+    batch API said before measured rates) and the previous measured rates
+    (each key's per-sample weighted mean, RATE_ALPHA per job, as the API
+    said before the time-weighted ratio of sums)."""
+    from dataclasses import replace
+
+    from uploads import estimates, rates, selectors
     from uploads.models import Job
 
     last = Job.objects.filter(upload__batch=batch_id).order_by("-created_at").values_list("created_at", flat=True)[:1]
     if not last:
-        return None
+        return None, None
     backlog = selectors.backlog_until(user=owner, until={batch_id: last[0]})[batch_id]
-    old = estimates.estimate_finish(backlog=backlog, rates_by_key={},
-                                    lane=estimates.lane_share_basis(user_id=owner.pk), now=now)
-    return None if old is None else old.seconds
+    lane = estimates.lane_share_basis(user_id=owner.pk)
+    static = estimates.estimate_finish(backlog=backlog, rates_by_key={}, lane=lane, now=now)
+    mine, everyone = rates.rates_for(user_id=owner.pk)
+
+    def per_sample(rate):
+        return None if rate is None else replace(rate, mean=rate.sample_mean or rate.mean)
+
+    previous_rates = {key: rate for key in mine.keys() | everyone.keys()
+                      if (rate := estimates.key_rate(per_sample(mine.get(key)), per_sample(everyone.get(key))))}
+    previous = estimates.estimate_finish(backlog=backlog, rates_by_key=previous_rates, lane=lane, now=now)
+    return (None if static is None else static.seconds), (None if previous is None else previous.seconds)
 
 
 def _when(text: str | None) -> datetime | None:
@@ -173,7 +188,7 @@ def scenario(run: Run, name: str, files: list[Path]) -> dict:
             time.sleep(pause)
         asked = timezone.now()
         body = _batch(client, batch_id)
-        baseline = _static_estimate(owner, batch_id, asked)
+        baseline, previous = _other_estimates(owner, batch_id, asked)
         estimate = body["estimate"]
         ended = body["files"] - body["counts"]["queued"] - body["counts"]["running"]
         samples.append({
@@ -182,6 +197,7 @@ def scenario(run: Run, name: str, files: list[Path]) -> dict:
             "low_s": round((_when(estimate["finish_low_at"]) - asked).total_seconds(), 1) if estimate else None,
             "high_s": round((_when(estimate["finish_high_at"]) - asked).total_seconds(), 1) if estimate else None,
             "baseline_s": baseline,
+            "previous_s": previous,
             "share": estimate["share"] if estimate else None,
             "sources": sorted({r["source"] for r in estimate["rates"]}) if estimate else None,
         })
@@ -220,6 +236,8 @@ def score(r: dict) -> dict:
         s["in_range"] = s["low_s"] <= s["real_s"] <= s["high_s"]
         if s["baseline_s"] is not None:
             s["baseline_error"] = round((s["baseline_s"] - s["real_s"]) / s["real_s"], 4)
+        if s.get("previous_s") is not None:
+            s["previous_error"] = round((s["previous_s"] - s["real_s"]) / s["real_s"], 4)
         s["hindsight_error"] = round(((files - s["ended"]) * duration / files - s["real_s"]) / s["real_s"], 4)
     # How unevenly files ended from minute to minute (the user's share unchanged: before any arrival).
     ends = [s["ended"] for s in r["samples"] if round(s["t"]) % 60 == 0 and s["t"] < (r["heavy_at_s"] or duration)]
@@ -236,6 +254,7 @@ def score(r: dict) -> dict:
         base = [p for p in points if "baseline_error" in p]
         base_worst = max(base, key=lambda p: abs(p["baseline_error"])) if base else None
         hind = max(points, key=lambda p: abs(p["hindsight_error"]))
+        prev = [p for p in points if "previous_error" in p]
         return {"minutes": len(points), "median_abs_error": round(statistics.median(errors), 4),
                 "worst_error": worst["error"], "worst_at_s": worst["t"],
                 "within_target": sum(e <= TARGET_ERROR for e in errors),
@@ -244,7 +263,11 @@ def score(r: dict) -> dict:
                 if base else None,
                 "baseline_worst_error": base_worst["baseline_error"] if base_worst else None,
                 "hindsight_median_abs_error": round(statistics.median(abs(p["hindsight_error"]) for p in points), 4),
-                "hindsight_worst_error": hind["hindsight_error"]}
+                "hindsight_worst_error": hind["hindsight_error"],
+                "previous_median_abs_error": round(statistics.median(abs(p["previous_error"]) for p in prev), 4)
+                if prev else None,
+                "previous_worst_error": max(prev, key=lambda p: abs(p["previous_error"]))["previous_error"]
+                if prev else None}
 
     r["all"] = summary(minutes)
     if r["heavy_at_s"] is not None:
@@ -272,6 +295,9 @@ def plot(result: dict, path: Path) -> None:
         base = [s for s in pts if s.get("baseline_s") is not None]
         top.plot([s["t"] / 60 for s in base], [s["baseline_s"] / 60 for s in base], color="#9ca3af",
                  linestyle="-.", label="baseline: static estimates")
+        prev = [s for s in pts if s.get("previous_s") is not None]
+        top.plot([s["t"] / 60 for s in prev], [s["previous_s"] / 60 for s in prev], color="#f59e0b",
+                 linewidth=0.8, label="previous rates (per-job mean)")
         if r.get("heavy_at_s") is not None:
             for ax in (top, bottom):
                 ax.axvline(r["heavy_at_s"] / 60, color="#dc2626", linestyle=":", label="heavy user arrives")
@@ -284,6 +310,9 @@ def plot(result: dict, path: Path) -> None:
                    color=["#10b981" if abs(s["error"]) <= TARGET_ERROR else "#ef4444" for s in minutes])
         bottom.plot([s["t"] / 60 for s in minutes], [100 * s["hindsight_error"] for s in minutes], "o",
                     color="#6b7280", markersize=3, label="hindsight (the batch's own average pace)")
+        prev = [s for s in minutes if "previous_error" in s]
+        bottom.plot([s["t"] / 60 for s in prev], [100 * s["previous_error"] for s in prev], "x",
+                    color="#f59e0b", markersize=4, label="previous rates")
         bottom.legend(fontsize=7)
         for y in (-100 * TARGET_ERROR, 100 * TARGET_ERROR):
             bottom.axhline(y, color="#6b7280", linestyle="--", linewidth=0.8)
@@ -310,7 +339,7 @@ def report(result: dict) -> None:
     (RESULTS / "estimates.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, RESULTS / "estimates.png")
     print("scenario      | files | finish | minutes | median |error| | worst error | in range | target | "
-          "baseline median | baseline worst | hindsight median | hindsight worst")
+          "baseline median | baseline worst | hindsight median | hindsight worst | previous median | previous worst")
     for name, r in result["scenarios"].items():
         a = r["all"]
         print(f"{name:<13} | {r['files']:>5} | {r['duration_s']:>5.0f} s | {a.get('minutes', 0):>7} | "
@@ -320,7 +349,9 @@ def report(result: dict) -> None:
               f"{100 * (a.get('baseline_median_abs_error') or 0):>13.1f} % | "
               f"{100 * (a.get('baseline_worst_error') or 0):>+12.1f} % | "
               f"{100 * (a.get('hindsight_median_abs_error') or 0):>14.1f} % | "
-              f"{100 * (a.get('hindsight_worst_error') or 0):>+13.1f} %")
+              f"{100 * (a.get('hindsight_worst_error') or 0):>+13.1f} % | "
+              f"{100 * (a.get('previous_median_abs_error') or 0):>13.1f} % | "
+              f"{100 * (a.get('previous_worst_error') or 0):>+12.1f} %")
         for part in ("before_heavy", "after_heavy"):
             if part in r and r[part].get("minutes"):
                 p = r[part]

@@ -27,12 +27,25 @@ next job it ends was already waiting then, the sample is the time from
 that end to this one (the handover included), else the job's own
 processing time.
 
-State is bounded: per user and lane-wide, one Redis hash with three
-numbers per rate key (samples, mean, variance: an exponentially weighted
-mean and variance of seconds per unit, RATE_ALPHA), updated at each job's
-end by one script call, and read by a batch poll with one HGETALL of
-each. Nothing scans history per request. A user's hash expires after
-RATE_TTL_S without a job.
+What a key costs (`Rate.mean`) is a ratio of sums: the slot seconds of
+the key's recent jobs over their units, both exponentially weighted, so a
+long clip counts for its length (a mean of per-unit ratios leans towards
+the short clips, 1-7 % high in bench-estimates). Recent is by time as well
+as by count: a sample weighs 1 - exp(-dt / RATE_TAU_S), dt the time since
+the key's previous sample (Redis's clock), at most RATE_ALPHA and at least
+1/n while the key has few samples. Images end a few a second, so their
+rate remembers about a minute of them rather than the last ~10 s (which
+followed the machine's load bursts: the estimate jumped by half within a
+minute); videos end seldom, so RATE_ALPHA still bounds how far one moves it.
+The spread of one job (`var`) and the per-sample mean it is taken around
+(`sample_mean`, what the estimate used before) keep RATE_ALPHA's weight.
+
+State is bounded: per user and lane-wide, one Redis hash with six numbers
+per rate key (samples; per-sample mean and variance; the weighted sums of
+seconds and units; the last sample's time), updated at each job's end by
+one script call, and read by a batch poll with one HGETALL of each.
+Nothing scans history per request. A user's hash expires after RATE_TTL_S
+without a job.
 """
 from __future__ import annotations
 
@@ -60,6 +73,9 @@ log = logging.getLogger(__name__)
 # within a few dozen jobs, and one slow job moves it by 3 %. The first
 # samples are a plain mean (weight 1/n), so 5 jobs already count fully.
 RATE_ALPHA = 1 / 32
+# The time over which a key's ratio of sums forgets (see the module's
+# docstring): a sample dt seconds after the last weighs 1 - exp(-dt / tau).
+RATE_TAU_S = 60.0
 RATE_TTL_S = 30 * 86400
 # A slot idle longer than this between two jobs was waiting for work (a
 # held or scheduled backlog), not handing over: the sample is then the
@@ -188,11 +204,14 @@ def slot_seconds(*, waiting_since: datetime | None, started_at: datetime, finish
 
 @dataclass(frozen=True)
 class Rate:
-    """Seconds per unit of one key: samples (n), their weighted mean and variance."""
+    """Seconds per unit of one key: samples (n), the rate (`mean`: the
+    time-weighted ratio of sums), and the spread of one job's seconds per
+    unit (`var`, around `sample_mean`, the per-sample weighted mean)."""
 
     n: int
     mean: float
     var: float
+    sample_mean: float | None = None  # None: the same as mean (a rate made before the sums)
 
     @property
     def cv(self) -> float:
@@ -200,36 +219,73 @@ class Rate:
         return math.sqrt(max(0.0, self.var)) / self.mean if self.mean > 0 else 0.0
 
 
-def rate_update(rate: Rate | None, x: float, *, alpha: float = RATE_ALPHA) -> Rate:
-    """One sample into the weighted mean and variance (the script below
+@dataclass(frozen=True)
+class RateState:
+    """What is stored of a key: Rate's numbers and the weighted sums."""
+
+    n: int
+    sample_mean: float
+    var: float
+    seconds: float  # weighted sum of slot seconds
+    units: float  # weighted sum of units
+    at: float  # the last sample's time (Redis's clock, s)
+
+    def rate(self) -> Rate:
+        mean = self.seconds / self.units if self.units > 0 else self.sample_mean
+        return Rate(self.n, mean, self.var, self.sample_mean)
+
+
+def time_weight(n: int, dt: float, *, alpha: float = RATE_ALPHA, tau: float = RATE_TAU_S) -> float:
+    """The weight of the ratio of sums' n-th sample, dt seconds after the last."""
+    return max(1 / n, min(alpha, 1 - math.exp(-max(0.0, dt) / tau)))
+
+
+def rate_update(state: RateState | None, seconds: float, units: float = 1.0, *, at: float = 0.0,
+                alpha: float = RATE_ALPHA, tau: float = RATE_TAU_S) -> RateState:
+    """One job's `seconds` for its `units` at time `at` (the script below
     does the same in Redis; this is its specification, tested)."""
-    if rate is None or rate.n <= 0:
-        return Rate(1, x, 0.0)
-    n = rate.n + 1
+    x = seconds / units
+    if state is None or state.n <= 0:
+        return RateState(1, x, 0.0, seconds, units, at)
+    n = state.n + 1
     a = max(alpha, 1 / n)
-    delta = x - rate.mean
-    return Rate(n, rate.mean + a * delta, (1 - a) * (rate.var + a * delta * delta))
+    delta = x - state.sample_mean
+    b = time_weight(n, at - state.at, alpha=alpha, tau=tau)
+    return RateState(n, state.sample_mean + a * delta, (1 - a) * (state.var + a * delta * delta),
+                     (1 - b) * state.seconds + b * seconds, (1 - b) * state.units + b * units, at)
 
 
-# KEYS: the user's hash, the lane-wide hash. ARGV: ttl_s, alpha, then
-# key, x pairs. Fields "<key>|n", "<key>|m", "<key>|v" (rate_update).
+# KEYS: the user's hash, the lane-wide hash. ARGV: ttl_s, alpha, tau_s, then
+# key, seconds, units triples. Fields "<key>|n", "|m", "|v" (the per-sample
+# mean and variance), "|s", "|u" (the weighted sums), "|t" (the last
+# sample's time): rate_update. A key stored before the sums starts them
+# from its mean.
 _UPDATE = """
-local alpha = tonumber(ARGV[2])
+local alpha, tau = tonumber(ARGV[2]), tonumber(ARGV[3])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1e6
 for h = 1, 2 do
-  for i = 3, #ARGV, 2 do
-    local key, x = ARGV[i], tonumber(ARGV[i + 1])
-    local got = redis.call('HMGET', KEYS[h], key .. '|n', key .. '|m', key .. '|v')
+  for i = 4, #ARGV, 3 do
+    local key, sec, units = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+    local x = sec / units
+    local got = redis.call('HMGET', KEYS[h], key .. '|n', key .. '|m', key .. '|v', key .. '|s', key .. '|u',
+                           key .. '|t')
     local n, m, v = tonumber(got[1]) or 0, tonumber(got[2]) or 0, tonumber(got[3]) or 0
+    local s, u, t = tonumber(got[4]), tonumber(got[5]), tonumber(got[6]) or now
     if n <= 0 then
-      n, m, v = 1, x, 0
+      n, m, v, s, u = 1, x, 0, sec, units
     else
+      if not s or not u then s, u = m, 1 end
       n = n + 1
       local a = math.max(alpha, 1 / n)
       local d = x - m
       m, v = m + a * d, (1 - a) * (v + a * d * d)
+      local b = math.max(1 / n, math.min(alpha, 1 - math.exp(-math.max(0, now - t) / tau)))
+      s, u = (1 - b) * s + b * sec, (1 - b) * u + b * units
     end
     redis.call('HSET', KEYS[h], key .. '|n', n, key .. '|m', string.format('%.17g', m),
-               key .. '|v', string.format('%.17g', v))
+               key .. '|v', string.format('%.17g', v), key .. '|s', string.format('%.17g', s),
+               key .. '|u', string.format('%.17g', u), key .. '|t', string.format('%.17g', now))
   end
 end
 redis.call('EXPIRE', KEYS[1], ARGV[1])
@@ -252,10 +308,10 @@ def _redis() -> redis.Redis:
 def rates_record(*, user_id: int, seconds: float, samples: list[tuple[str, float]]) -> None:
     """`seconds` of a slot spent on one finished job of `user_id`, a sample
     of each (key, units) in `samples`, for the user and lane-wide."""
-    args: list = [RATE_TTL_S, RATE_ALPHA]
+    args: list = [RATE_TTL_S, RATE_ALPHA, RATE_TAU_S]
     for key, units in samples:
-        args += [key, seconds / units]
-    if len(args) > 2:
+        args += [key, seconds, units]
+    if len(args) > 3:
         _redis().eval(_UPDATE, 2, f"{_PREFIX}{user_id}", f"{_PREFIX}{LANE_WIDE}", *args)
 
 
@@ -264,8 +320,9 @@ def _parse(raw: dict) -> dict[str, Rate]:
     for name, value in raw.items():
         key, _, field = (name.decode() if isinstance(name, bytes) else name).rpartition("|")
         fields.setdefault(key, {})[field] = float(value)
-    return {key: Rate(int(f.get("n", 0)), f.get("m", 0.0), f.get("v", 0.0)) for key, f in fields.items()
-            if f.get("n", 0) > 0 and f.get("m", 0.0) > 0}
+    return {key: RateState(int(f.get("n", 0)), f.get("m", 0.0), f.get("v", 0.0), f.get("s", 0.0), f.get("u", 0.0),
+                           f.get("t", 0.0)).rate()
+            for key, f in fields.items() if f.get("n", 0) > 0 and f.get("m", 0.0) > 0}
 
 
 def rates_for(*, user_id: int) -> tuple[dict[str, Rate], dict[str, Rate]]:

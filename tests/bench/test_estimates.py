@@ -39,3 +39,13 @@ def test_a_heavy_users_arrival_splits_the_minutes():
     assert r["before_heavy"]["minutes"] == 2 and r["after_heavy"]["minutes"] == 1
     assert r["after_heavy"]["worst_error"] == pytest.approx(0.0)
     assert r["files_per_minute"] == [30, 20]  # while the share was unchanged
+
+
+def test_the_previous_rates_are_scored_beside_the_estimate_when_the_run_has_them():
+    samples = [{**sample(60, 30, 100), "previous_s": 150.0}, {**sample(120, 50, 60), "previous_s": 30.0},
+               sample(180, 60, 120)]  # a sample without the previous figure (a saved run from before)
+    r = score({"files": 100, "duration_s": 300.0, "heavy_at_s": None, "samples": samples})
+    assert [s.get("previous_error") for s in r["samples"]] == [pytest.approx(150 / 240 - 1, abs=1e-4),
+                                                               pytest.approx(30 / 180 - 1, abs=1e-4), None]
+    assert r["all"]["previous_worst_error"] == pytest.approx(30 / 180 - 1, abs=1e-4)
+    assert r["all"]["previous_median_abs_error"] == pytest.approx(((1 - 150 / 240) + (1 - 30 / 180)) / 2, abs=1e-4)

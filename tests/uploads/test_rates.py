@@ -1,9 +1,11 @@
 """Measured rates for the batch estimate (uploads/rates.py): what a job is
 measured as (table-driven), the same in SQL for unfinished jobs, the
-weighted mean and variance in Python and in the Redis script, the slot's
+rate (a time-weighted ratio of sums) and the per-sample mean and variance
+in Python and in the Redis script, the slot's
 time of a job, and a finished job becoming a sample."""
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -13,7 +15,17 @@ from django.utils import timezone as dj_timezone
 from uploads import rates
 from uploads.lifecycle import JobFinished
 from uploads.models import Job, Upload
-from uploads.rates import MB, Rate, job_keys, rate_update, slot_seconds, with_rate_keys
+from uploads.rates import (
+    MB,
+    RATE_ALPHA,
+    RATE_TAU_S,
+    Rate,
+    job_keys,
+    rate_update,
+    slot_seconds,
+    time_weight,
+    with_rate_keys,
+)
 
 VIDEO_720 = {"width": 1280, "height": 720, "duration_s": 12.0}
 PORTRAIT_1080 = {"width": 1080, "height": 1920, "duration_s": 30.0}
@@ -70,32 +82,81 @@ def test_unfinished_jobs_are_keyed_in_sql_as_a_finished_one_would_be(make_user):
         assert got[job_id][1] == pytest.approx(units)
 
 
-def test_the_mean_is_plain_for_the_first_samples_then_weighted():
-    rate = None
+def test_the_per_sample_mean_is_plain_for_the_first_samples_then_weighted():
+    state = None
     for x in (1.0, 2.0, 3.0):
-        rate = rate_update(rate, x, alpha=0.25)
+        state = rate_update(state, x, alpha=0.25)
     # 1/n while 1/n > alpha: the plain mean (2.0) and the population variance (2/3)
-    assert rate.n == 3 and rate.mean == pytest.approx(2.0) and rate.var == pytest.approx(2 / 3)
-    rate = rate_update(rate, 10.0, alpha=0.25)  # 1/4 = alpha
-    assert rate.mean == pytest.approx(2.0 + 0.25 * 8.0)
-    rate = rate_update(rate, 4.0, alpha=0.25)  # 1/5 < alpha: alpha's weight
-    assert rate.mean == pytest.approx(4.0)
-    assert rate_update(None, 7.0) == Rate(1, 7.0, 0.0)
+    assert state.n == 3 and state.sample_mean == pytest.approx(2.0) and state.var == pytest.approx(2 / 3)
+    state = rate_update(state, 10.0, alpha=0.25)  # 1/4 = alpha
+    assert state.sample_mean == pytest.approx(2.0 + 0.25 * 8.0)
+    state = rate_update(state, 4.0, alpha=0.25)  # 1/5 < alpha: alpha's weight
+    assert state.sample_mean == pytest.approx(4.0)
+    assert rate_update(None, 7.0).rate() == Rate(1, 7.0, 0.0, 7.0)
     assert Rate(10, 2.0, 0.25).cv == pytest.approx(0.25)
 
 
-def test_redis_keeps_the_same_mean_and_variance_as_the_specification(redis_client):
-    xs = [0.4, 0.5, 0.45, 1.2, 0.41, 0.39, 0.6] * 8
-    spec = None
-    for x in xs:
-        spec = rate_update(spec, x)
-        rates.rates_record(user_id=7, seconds=2 * x, samples=[("image", 2.0)])  # 2 s for 2 units: x per unit
-    mine, everyone = rates.rates_for(user_id=7)
-    for got in (mine["image"], everyone["image"]):
-        assert got.n == spec.n == len(xs)
-        assert got.mean == pytest.approx(spec.mean, rel=1e-12) and got.var == pytest.approx(spec.var, rel=1e-9)
+def test_the_rate_is_the_ratio_of_the_sums_so_a_long_clip_counts_for_its_length():
+    """Two clips, 1 s of video in 1 s and 10 s in 30 s: 31 s for 11 s is
+    2.82 s a second, where the mean of the two ratios says 2."""
+    state = rate_update(rate_update(None, 1.0, 1.0), 30.0, 10.0)
+    assert state.rate().mean == pytest.approx(31 / 11)
+    assert state.sample_mean == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(("n", "dt", "weight"), [
+    (2, 0.0, 1 / 2),  # few samples: a plain mean whatever the time
+    (1000, 0.25, 1 - math.exp(-0.25 / RATE_TAU_S)),  # images a few a second: about a minute of them
+    (200, 600.0, RATE_ALPHA),  # a sample ten minutes after the last: RATE_ALPHA at most
+    (200, -5.0, 1 / 200),  # a clock that went back: no time passed
+])
+def test_a_sample_weighs_by_the_time_since_the_last_between_1_over_n_and_alpha(n, dt, weight):
+    assert time_weight(n, dt) == pytest.approx(weight)
+
+
+def test_images_a_few_a_second_remember_about_a_minute_not_the_last_32():
+    """A burst of slow files (the machine's load) for 10 s among fast ones:
+    the rate by time moves a little; the per-sample mean, weighted 1/32,
+    jumps to the burst."""
+    state, at = None, 0.0
+    for i in range(1000):
+        state = rate_update(state, 2.0 if 600 <= i < 640 else 1.0, at=at)
+        at += 0.25
+        if i == 639:
+            during = state
+    assert during.sample_mean > 1.7
+    assert during.rate().mean < 1.2
+
+
+def test_redis_keeps_the_same_rate_as_the_specification(redis_client, monkeypatch):
+    """The script is rate_update. With a tau that makes every sample's
+    weight its count's (1/n, then RATE_ALPHA: whatever Redis's clock does
+    between two calls), the numbers are exactly the specification's."""
+    samples = [(0.8, 2.0), (1.0, 2.0), (0.9, 2.0), (2.4, 2.0), (0.82, 2.0), (0.78, 2.0), (1.2, 2.0)] * 8
+    for tau, user in ((1e12, 7), (1e-12, 9)):  # the weight 1/n; RATE_ALPHA from the 33rd sample on
+        monkeypatch.setattr(rates, "RATE_TAU_S", tau)
+        spec = None
+        for i, (seconds, units) in enumerate(samples):  # Redis's clock moves on between two calls
+            spec = rate_update(spec, seconds, units, tau=tau, at=float(i))
+            rates.rates_record(user_id=user, seconds=seconds, samples=[("image", units)])
+        got = rates.rates_for(user_id=user)[0]["image"]
+        want = spec.rate()
+        assert got.n == want.n == len(samples)
+        assert got.mean == pytest.approx(want.mean, rel=1e-9)
+        assert got.sample_mean == pytest.approx(want.sample_mean, rel=1e-12)
+        assert got.var == pytest.approx(want.var, rel=1e-9)
+        redis_client.delete(f"{rates._PREFIX}{rates.LANE_WIDE}")
     assert 0 < redis_client.ttl(f"{rates._PREFIX}7") <= rates.RATE_TTL_S
     assert rates.rates_for(user_id=8)[0] == {}  # another user's own: nothing
+
+
+def test_a_key_stored_before_the_sums_starts_them_from_its_mean(redis_client):
+    redis_client.hset(f"{rates._PREFIX}5", mapping={"image|n": 40, "image|m": 0.5, "image|v": 0.01})
+    assert rates.rates_for(user_id=5)[0]["image"] == Rate(40, 0.5, 0.01, 0.5)
+    rates.rates_record(user_id=5, seconds=1.5, samples=[("image", 1.0)])
+    got = rates.rates_for(user_id=5)[0]["image"]
+    b = 1 / 41  # no last time stored: no time passed, the weight is 1/n
+    assert got.n == 41 and got.mean == pytest.approx((1 - b) * 0.5 + b * 1.5, rel=1e-9)
 
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -142,4 +203,4 @@ def test_a_succeeded_job_is_measured_for_its_owner_and_everyone_and_a_failed_one
     rates.job_measured(JobFinished(job_id=str(done.id), owner_id=owner.pk, status=Job.Status.SUCCEEDED))
     mine, everyone = rates.rates_for(user_id=owner.pk)
     # 3 s of slot (the failed job ended at the same moment: no handover) for 12 s of 720p, 6 MB
-    assert mine == everyone == {"video:720": Rate(1, 0.25, 0.0), "pre:video": Rate(1, 0.5, 0.0)}
+    assert mine == everyone == {"video:720": Rate(1, 0.25, 0.0, 0.25), "pre:video": Rate(1, 0.5, 0.0, 0.5)}
