@@ -101,6 +101,11 @@ bench-isolation: install
 bench-ttfp: install
 	$(BIN)/python -m bench.ttfp $(ARGS)
 
+# What copying a 1 and a 4 GiB input from object storage adds before a first frame
+.PHONY: bench-fetch-large
+bench-fetch-large: install
+	$(BIN)/python -m bench.fetch_large
+
 clean:
 	rm -rf var/ $(VENV)
 
