@@ -31,6 +31,20 @@ hypothesis_settings.register_profile("explore", derandomize=False, database=None
 hypothesis_settings.load_profile("ci")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _quick_password_hashes():
+    """Passwords the tests set are hashed with 1,000 PBKDF2 iterations, not
+    Django's 1,000,000 (0.24 s each: a page's 25 people took 6 s to make).
+    The same algorithm name, with the count stored in the hash, so that
+    every process verifies them, the web servers and workers the tests
+    start included; the product's own hashing is untouched."""
+    from django.test.utils import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["tests.hashers.QuickPBKDF2PasswordHasher",
+                                             "django.contrib.auth.hashers.PBKDF2PasswordHasher"]):
+        yield
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     """Set by tests/services_plugin.py or by the caller's environment."""
