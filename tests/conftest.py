@@ -38,11 +38,20 @@ def _quick_password_hashes():
     The same algorithm name, with the count stored in the hash, so that
     every process verifies them, the web servers and workers the tests
     start included; the product's own hashing is untouched."""
-    from django.test.utils import override_settings
+    from django.conf import settings
+    from django.contrib.auth import hashers
 
-    with override_settings(PASSWORD_HASHERS=["tests.hashers.QuickPBKDF2PasswordHasher",
-                                             "django.contrib.auth.hashers.PBKDF2PasswordHasher"]):
-        yield
+    # Set on the settings themselves, not through override_settings: a
+    # session-long override wraps the settings object, and Celery's view of
+    # the Django settings (its CELERY_ namespace) then misses attributes.
+    before = settings.PASSWORD_HASHERS
+    settings.PASSWORD_HASHERS = ["tests.hashers.QuickPBKDF2PasswordHasher", *before]
+    hashers.get_hashers.cache_clear()
+    hashers.get_hashers_by_algorithm.cache_clear()
+    yield
+    settings.PASSWORD_HASHERS = before
+    hashers.get_hashers.cache_clear()
+    hashers.get_hashers_by_algorithm.cache_clear()
 
 
 @pytest.fixture(scope="session")
