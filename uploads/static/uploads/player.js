@@ -56,6 +56,7 @@ window.fairlanePlayer = (function () {
     let cues = [];
     // While the video is processed: its whole length (the probe's), how much
     // of it is encoded, and a position asked for beyond that (null: none).
+    const STALL_MS = 6000;
     let live = box.dataset.live === "1", total = Number(box.dataset.duration) || 0, encoded = 0, wanted = null;
     const length = () => (live ? total : v.duration || total);
     const say = text => { state.textContent = text || ""; state.hidden = !text; box.dataset.state = text ? "processing" : ""; };
@@ -94,6 +95,21 @@ window.fairlanePlayer = (function () {
         // Each reload of a growing playlist: how far it goes; its end once the job is done.
         hls.on(Hls.Events.LEVEL_UPDATED, (_, data) => grown(data.details.totalduration, data.details.live));
         quality.addEventListener("change", () => { hls.currentLevel = Number(quality.value); });
+        // A loader that stopped: playing, nothing buffered ahead, the position
+        // encoded, and the clock not moving for STALL_MS. Seen once in a test
+        // run when a growing playlist ended under a player that had seeked
+        // (buffered only [0, 1] at 24 s of 30): start loading again there.
+        let lastAt = -1, stillSince = 0;
+        setInterval(() => {
+          const waiting = !v.paused && !v.ended && v.readyState < 3 && wanted === null && !(live && v.currentTime > encoded - 1);
+          if (!waiting || v.currentTime !== lastAt) {
+            lastAt = v.currentTime;
+            stillSince = Date.now();
+          } else if (Date.now() - stillSince > STALL_MS) {
+            hls.startLoad(v.currentTime);
+            stillSince = Date.now();
+          }
+        }, 1000);
       } else if (v.canPlayType("application/vnd.apple.mpegurl")) {
         v.src = url;
       }
