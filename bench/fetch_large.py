@@ -98,16 +98,14 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     env = Environment()
-    from django.conf import settings
     from django.test import override_settings
 
     from bench.private_services import PrivateSeaweedFS
-    from project.settings import s3_storages
 
     work = Path(tempfile.mkdtemp(prefix="bench-fetch-"))
     s3 = PrivateSeaweedFS("127.0.0.1")
     try:
-        with override_settings(FAIRLANE_STORAGE="s3", STORAGES={**settings.STORAGES, **s3_storages(s3.env())}):
+        with override_settings(**s3.settings()):
             rows = measure(work)
     finally:
         s3.stop()

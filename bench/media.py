@@ -235,16 +235,13 @@ def main() -> None:
     env = Environment()
     from tests.media import make_video
     from transcoding import ffmpeg, ladder
-    from django.conf import settings
-
     from bench.private_services import PrivateSeaweedFS
-    from project.settings import s3_storages
     from transcoding.probe import probe_file
 
     work = Path(tempfile.mkdtemp(prefix="bench-media-"))
     s3 = PrivateSeaweedFS("127.0.0.1")
     try:
-        s3_settings = {"FAIRLANE_STORAGE": "s3", "STORAGES": {**settings.STORAGES, **s3_storages(s3.env())}}
+        s3_settings = s3.settings()
         src = make_video(work / "src.mp4", seconds=BENCH_SECONDS, size=SOURCE_SIZE, video_args=SOURCE_ARGS)
         result = {"cores": os.cpu_count(), "clip": f"{SOURCE_SIZE} {BENCH_SECONDS:g} s h264 CRF 18 + aac",
                   "clips": CLIPS,

@@ -134,6 +134,16 @@ class PrivateRedis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def s3_settings(env: dict[str, str]) -> dict:
+    """Django settings that store media in the SeaweedFS `env` names (its
+    FAIRLANE_S3_* variables), for override_settings in a benchmark."""
+    from django.conf import settings
+
+    from project.settings import s3_storages
+
+    return {"FAIRLANE_STORAGE": "s3", "STORAGES": {**settings.STORAGES, **s3_storages(env)}}
+
+
 class PrivateSeaweedFS:
     """SeaweedFS on the bridge's address: every host, and the browser in the
     test's own namespace, reach it (and presigned URLs are signed for) the
@@ -147,6 +157,10 @@ class PrivateSeaweedFS:
 
     def env(self) -> dict[str, str]:
         return self.server.env()
+
+    def settings(self) -> dict:
+        """Django settings that store media in this server (for override_settings)."""
+        return s3_settings(self.env())
 
     def restart(self, *, down_for_s: float = 1.0) -> None:
         """Stop the server (SIGKILL: a crash) and start it again on the same data."""

@@ -40,13 +40,12 @@ REPEATS = int(os.environ.get("BENCH_STORAGE_REPEATS", "5"))
 
 def main() -> None:
     env = Environment()
-    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.test import override_settings
 
     from bench.media import SOURCE_ARGS, SOURCE_SIZE, _job
+    from bench.private_services import s3_settings
     from project import embedded_seaweedfs
-    from project.settings import s3_storages
     from tests.media import make_video
 
     work = Path(tempfile.mkdtemp(prefix="bench-storage-"))
@@ -55,7 +54,7 @@ def main() -> None:
     s3_env = server.env()
     backends = {
         "filesystem": ({"FAIRLANE_STORAGE": "filesystem"}, {}),
-        "s3": (s3_env, {"FAIRLANE_STORAGE": "s3", "STORAGES": {**settings.STORAGES, **s3_storages(s3_env)}}),
+        "s3": (s3_env, s3_settings(s3_env)),
     }
     workers = {name: Worker("cpu-transcode", pool="prefork", concurrency=1, name=f"cpu-{name}", log_dir=work,
                             loglevel="INFO", env={**worker_env, "LOG_FORMAT": "plain",

@@ -54,8 +54,7 @@ class Hook(Generic[E]):
     def send(self, event: E) -> None:
         """Tell every receiver, in the order they connected; one that raises
         is logged (Django's send_robust) and the rest still hear."""
-        if not isinstance(event, self.event_type):
-            raise TypeError(f"{type(event).__name__} sent where {self.event_type.__name__} is announced")
+        self._check(event)
         self._signal.send_robust(sender=self.event_type, event=event)
 
     def send_many(self, events: list[E]) -> None:
@@ -63,10 +62,14 @@ class Hook(Generic[E]):
         one transaction): each receiver hears all of them before the next
         does, through its `many` when it has one."""
         for event in events:
-            if not isinstance(event, self.event_type):
-                raise TypeError(f"{type(event).__name__} sent where {self.event_type.__name__} is announced")
+            self._check(event)
         if events:
             self._signal.send_robust(sender=self.event_type, events=list(events))
+
+
+    def _check(self, event: object) -> None:
+        if not isinstance(event, self.event_type):
+            raise TypeError(f"{type(event).__name__} sent where {self.event_type.__name__} is announced")
 
 
 def _uid(receiver: Callable) -> str:
