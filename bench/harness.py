@@ -86,17 +86,22 @@ class Worker:
             env={**os.environ, **self.PROCFILE_ENV.get(lane, {}), **(env or {})},
         )
 
-    def children(self) -> list[int]:
-        """The pool's child processes (prefork), from /proc."""
-        kids = []
+    def children(self, *, recursive: bool = False) -> list[int]:
+        """The pool's child processes (prefork), from /proc; with `recursive`
+        their children too (the ffmpeg they run), parents before children."""
+        parents = {}
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
+                parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
                 continue
-            if int(fields[1]) == self.proc.pid:
-                kids.append(int(stat.parent.name))
-        return kids
+        found, frontier = [], [self.proc.pid]
+        while frontier:
+            frontier = [pid for pid, parent in parents.items() if parent in frontier]
+            found += frontier
+            if not recursive:
+                break
+        return found
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

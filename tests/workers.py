@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -75,6 +75,28 @@ def worker_name_clash(name: str, lane: str = "cpu-transcode") -> Iterator[tuple[
     finally:
         sched.unregister_worker(name, token=refused)  # its clash record goes
         sched.unregister_worker(name, token=holder)
+
+
+@contextmanager
+def worker_stopped(worker: Worker) -> Iterator[None]:
+    """Every process of a lane's worker stopped (SIGSTOP) inside the block:
+    its main process first (so it starts nothing new), then its pool and
+    their ffmpeg; let go (SIGCONT) at its end, children first. Nothing the
+    worker runs or would take moves meanwhile, whatever the machine's speed."""
+    import signal
+
+    pids = [worker.proc.pid]
+    os.kill(worker.proc.pid, signal.SIGSTOP)
+    try:
+        pids += worker.children(recursive=True)
+        for pid in pids[1:]:
+            with suppress(ProcessLookupError):  # an ffmpeg that has just ended
+                os.kill(pid, signal.SIGSTOP)
+        yield
+    finally:
+        for pid in reversed(pids):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 @contextmanager

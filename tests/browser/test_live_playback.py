@@ -7,7 +7,8 @@ in test_chunked_playback.py, beside the other test of the chunking workers
 (one pool of them for both).
 
 The job is held where it is by stopping the worker process that runs it
-(tests.workers.attempt_held) once it is playable, so what the page shows
+(tests.workers.attempt_held; a chunked video's, the whole lane's worker:
+tests.workers.worker_stopped) once it is playable, so what the page shows
 meanwhile does not depend on how fast the machine encodes."""
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from playwright.sync_api import expect
 from tests.media import make_video
 from tests.promise import wait_for
 from tests.workers import attempt_held
+from uploads.live import stream_for
 from uploads.models import Job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -45,9 +47,10 @@ def _playable(job_id: str, *, stored_s: float = 0.0) -> None:
 
 
 def _held_seconds(job: Job) -> float:
-    """How much of the video its job has stored: the first chunk's for a chunked one."""
-    held = job if "chunks" not in job.media_info else Job.objects.get(parent=job, part="chunk", part_index=0)
-    return sum(seconds for _, seconds in (held.live.get("tracks") or {}).get("video", []))
+    """How much of the video its growing playlists serve now (a chunked
+    one's: its chunks up to the first whose encoder has not ended)."""
+    stream = stream_for(job)
+    return stream.encoded_s if stream is not None and stream.live else 0.0
 
 
 def _watch_while_held(page, job_id: str, screenshot, name: str) -> None:
