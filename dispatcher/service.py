@@ -185,14 +185,14 @@ class Submission:
     options: dict | None = None
 
 
-# Submits sent in one pipelined round trip by enqueue_many.
+# Submits sent in one call by enqueue_many (scheduler.submit_many).
 PIPELINE_BATCH = 500
 
 
 def enqueue_many(submissions: list[Submission]) -> int:
     """`enqueue` for many jobs at once (a 2,000-file batch): on a fair lane
-    their submits go in pipelined round trips of PIPELINE_BATCH, then one
-    release, instead of one submit-and-release round trip each. The order
+    their submits go PIPELINE_BATCH to a call (scheduler.submit_many), then
+    one release, instead of one submit-and-release round trip each. The order
     and the charges are those of submitting them one by one: each job joins
     the back of its key's backlog, and the release takes the fairest first.
     Returns how many were new (the rest were held or in flight already)."""
@@ -207,17 +207,16 @@ def enqueue_many(submissions: list[Submission]) -> int:
             continue
         sched = scheduler(lane)
         for start in range(0, len(subs), PIPELINE_BATCH):
-            chunk, held = subs[start:start + PIPELINE_BATCH], []
-            with sched.client.pipeline(transaction=False) as pipe:
-                for sub in chunk:
-                    policy = sub.policy or KeyPolicy()
-                    built, tag = _message(sched, sub.task_name, sub.args, sub.task_id, sub.fair_key,
-                                          sub.options, policy.group), message.new_tag()
-                    sched.submit(sub.task_id, sub.fair_key, cost=sub.cost, payload=built.body, due=sub.due, tag=tag,
-                                 client=pipe, **policy.submit_fields())
-                    held.append(monitor.Held(built.event, tag, sub.fair_key, policy.group))
-                results = pipe.execute()
-            accepted += sum(1 for ok in results if ok)
+            jobs, held = [], []
+            for sub in subs[start:start + PIPELINE_BATCH]:
+                policy = sub.policy or KeyPolicy()
+                built, tag = _message(sched, sub.task_name, sub.args, sub.task_id, sub.fair_key,
+                                      sub.options, policy.group), message.new_tag()
+                jobs.append((sub.task_id, sub.fair_key, {"cost": sub.cost, "payload": built.body, "due": sub.due,
+                                                         "tag": tag, **policy.submit_fields()}))
+                held.append(monitor.Held(built.event, tag, sub.fair_key, policy.group))
+            results = sched.submit_many(jobs, batch=PIPELINE_BATCH)
+            accepted += sum(results)
             monitor.announce_held(celery_app(), [h for h, ok in zip(held, results) if ok])
         sched.release()
     return accepted

@@ -487,7 +487,7 @@ def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]
     parts, ends in a few statements for all of them (`_waiting_cancel`),
     whatever their number; the rest (running, a chunked video's, a part)
     end one by one through job_finish. The dispatcher hears once, after
-    commit, in pipelined round trips."""
+    commit, 500 jobs to a call."""
     message = f"Canceled by {actor}."
     with transaction.atomic():
         jobs = list(Job.objects.select_for_update().filter(

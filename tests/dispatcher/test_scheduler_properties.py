@@ -715,6 +715,22 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert self.sched.submit(job_id, key, payload=payload, now=self.now, **KEY_SETTINGS[key])
             assert self.model.submit(job_id, key, 1.0, payload, None, self.now, **KEY_SETTINGS[key])
 
+    @rule(jobs=st.lists(st.tuples(JOB_IDS, st.sampled_from(KEYS), st.sampled_from([None, 5.0])), max_size=6),
+          batch=st.sampled_from([1, 2, 500]))
+    def submit_many(self, jobs, batch):
+        """A batch's submits, `batch` to a call (enqueue_many): the same as
+        one by one, in order (a job named twice is accepted once), several
+        keys and delays in one call."""
+        calls, expected = [], []
+        for job_id, key, delay in jobs:
+            payload, tag = payload_of(job_id, "payload", self.now), self.new_tag()
+            calls.append((job_id, key, {"payload": payload, "now": self.now, "tag": tag, "delay_s": delay,
+                                        **KEY_SETTINGS[key]}))
+            expected.append((job_id, key, payload, None if delay is None else self.now + delay, tag))
+        assert self.sched.submit_many(calls, batch=batch) == [
+            self.model.submit(job_id, key, 1.0, payload, due, self.now, tag=tag, **KEY_SETTINGS[key])
+            for job_id, key, payload, due, tag in expected]
+
     @rule(job_id=JOB_IDS, key=st.sampled_from(KEYS), cost=st.sampled_from([0.5, 4.0]))
     def submit_and_release(self, job_id, key, cost):
         payload, tag = payload_of(job_id, "payload", self.now), self.new_tag()
@@ -819,8 +835,8 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @rule(job_ids=st.lists(JOB_IDS, max_size=6), batch=st.sampled_from([1, 2, 500]))
     def cancel_many(self, job_ids, batch):
-        """A batch's cancel: the same script for each, pipelined in rounds of
-        `batch` (a job named twice is canceled once)."""
+        """A batch's cancel, `batch` to a call: the same as one by one (a
+        job named twice is canceled once)."""
         assert self.sched.cancel_many(job_ids, batch=batch) == [self.model.cancel(j) for j in job_ids]
 
     @precondition(lambda self: self.model.queue)
