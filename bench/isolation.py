@@ -249,7 +249,7 @@ class Client:
 
     def __init__(self, port: int, token: str = "", *, session: str = "") -> None:
         """Signed in by an API token, or by a session cookie (the admin's pages)."""
-        self.port = port
+        self.port, self.token = port, token
         self.auth = {"Cookie": f"{settings_session_cookie()}={session}"} if session else {
             "Authorization": f"Token {token}"}
 
