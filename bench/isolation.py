@@ -84,6 +84,7 @@ SLOW_UPLOADS = 20
 RECEIVER_DELAY_S = 5.0
 POLL_USERS = tuple(int(n) for n in os.environ.get("BENCH_ISOLATION_POLL_USERS", "10,1000,10000,100000").split(","))
 POLLS = 100
+POLL_TIMEOUT_S = 30  # a hostile page's request, then counted as "timeout"
 ROUNDS = 3
 
 
@@ -367,7 +368,7 @@ def light_round(clients: list[Client], photo: bytes, round_no: int) -> list[dict
         t0 = time.time()
         answer = direct_upload(clients[i], [(f"light-{round_no}-{i}.jpg", photo)], threads=1)
         with lock:
-            started[answer["uploads"][0]["job"]["id"]] = (i, t0)
+            started[answer["uploads"][0]["job"]["id"]] = (i, t0, time.time())
 
     threads = []
     for i in range(len(clients)):
@@ -382,10 +383,17 @@ def light_round(clients: list[Client], photo: bytes, round_no: int) -> list[dict
     while len(done) < len(started):
         if time.monotonic() > deadline:
             raise RuntimeError(f"light jobs not done in 15 min: {set(started) - set(done)}")
-        for job_id, status, finished in Job.objects.filter(id__in=[j for j in started if j not in done]).exclude(
-                status__in=[Job.Status.QUEUED, Job.Status.RUNNING]).values_list("id", "status", "finished_at"):
-            user, t0 = started[str(job_id)]
-            done[str(job_id)] = {"user": user, "status": status, "seconds": round(finished.timestamp() - t0, 3)}
+        for job_id, status, finished, began in Job.objects.filter(
+                id__in=[j for j in started if j not in done]).exclude(
+                status__in=[Job.Status.QUEUED, Job.Status.RUNNING]).values_list(
+                "id", "status", "finished_at", "started_at"):
+            user, t0, claimed = started[str(job_id)]
+            # Where the time went: the upload's requests (create, PUT, claim),
+            # the wait for a worker (claimed to started), the processing.
+            done[str(job_id)] = {"user": user, "status": status, "seconds": round(finished.timestamp() - t0, 3),
+                                 "upload_s": round(claimed - t0, 3),
+                                 "wait_s": round(began.timestamp() - claimed, 3) if began else None,
+                                 "process_s": round(finished.timestamp() - began.timestamp(), 3) if began else None}
         time.sleep(0.2)
     bad = [d for d in done.values() if d["status"] != Job.Status.SUCCEEDED]
     if bad:
@@ -401,21 +409,29 @@ def _pollers_main(port: int, token: str, clients: int, stop, out) -> None:
     os.nice(19)
     statuses: Counter = Counter()
 
+    request = (f"GET /api/batches/?page_size=10 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Token {token}"
+               f"\r\nConnection: close\r\n\r\n").encode()
+
+    async def exchange() -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(request)
+            await writer.drain()
+            return await reader.read()
+        finally:
+            writer.close()
+
     async def page(delay: float) -> None:
         await asyncio.sleep(delay)
-        request = (f"GET /api/batches/?page_size=10 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Token {token}"
-                   f"\r\nConnection: close\r\n\r\n").encode()
         while not stop.is_set():
             moving = False
             try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(request)
-                await writer.drain()
-                raw = await reader.read()
-                writer.close()
+                raw = await asyncio.wait_for(exchange(), POLL_TIMEOUT_S)
                 status = int(raw.split(b" ", 2)[1])
                 statuses[status] += 1
                 moving = status == 200 and b'"finished":false' in raw
+            except TimeoutError:  # a browser gives up too; and the phase must be able to end
+                statuses["timeout"] += 1
             except (OSError, ValueError, IndexError):
                 statuses["error"] += 1
             for _ in range(4 if moving else 20):  # 2 s, or 10 s, and stop within 0.5 s
@@ -751,14 +767,19 @@ def main() -> None:
                 if phase == "hostile":
                     attacker.finish()
                     time.sleep(5)
+                steps = {step: statistics.median(s[step] for s in phases[phase] if s[step] is not None)
+                         for step in ("upload_s", "wait_s", "process_s")}
                 print(f"{phase} {cycle + 1}: p50 {statistics.median(s['seconds'] for s in phases[phase]):.2f} s, "
-                      f"p99 {percentile([s['seconds'] for s in phases[phase]], 0.99):.2f} s so far", flush=True)
+                      f"p99 {percentile([s['seconds'] for s in phases[phase]], 0.99):.2f} s so far; medians of its "
+                      f"steps: {steps}", flush=True)
 
         quiet = [s["seconds"] for s in phases["quiet"]]
         loud = [s["seconds"] for s in phases["hostile"]]
         light_result = None if not CYCLES else {
-            "quiet": {"p50_s": statistics.median(quiet), "p99_s": percentile(quiet, 0.99), "n": len(quiet)},
-            "hostile": {"p50_s": statistics.median(loud), "p99_s": percentile(loud, 0.99), "n": len(loud)},
+            **{phase: {"p50_s": statistics.median(times), "p99_s": percentile(times, 0.99), "n": len(times),
+                       **{f"p50_{step}": statistics.median(x[step] for x in phases[phase] if x[step] is not None)
+                          for step in ("upload_s", "wait_s", "process_s")}}
+               for phase, times in (("quiet", quiet), ("hostile", loud))},
             "samples": phases,
             "cpu_s_per_phase_s": {phase: {k: round(v / wall[phase], 3) for k, v in cpu[phase].items()}
                                   for phase in cpu},
