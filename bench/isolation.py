@@ -456,7 +456,10 @@ class Hostile:
         self.retry_s: list[float] = []
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
-        context = multiprocessing.get_context("fork")
+        # Spawned, not forked: a fork of this many-threaded process can
+        # start with a lock another thread held (the second hostile phase's
+        # pollers of two runs never answered).
+        context = multiprocessing.get_context("spawn")
         self.pollers: multiprocessing.Process | None = None
         self.pollers_stop = context.Event()
         self.poller_results = context.Queue()
@@ -497,12 +500,9 @@ class Hostile:
         self.record(self.client.call("POST", "/api/webhooks/", endpoint("more"))[0])  # one more: refused
         self.stop.clear()
         self.pollers_stop.clear()
-        self.pollers = multiprocessing.get_context("fork").Process(
+        self.pollers = multiprocessing.get_context("spawn").Process(
             target=_pollers_main, args=(self.system.web_port, self.client.token, POLLERS, self.pollers_stop,
                                         self.poller_results), daemon=True)
-        from django.db import connections
-
-        connections.close_all()
         self.pollers.start()
         self.threads = [threading.Thread(target=self._cancel_retry, daemon=True)]
         self.threads += [threading.Thread(target=self._slow_upload, args=(i,), daemon=True)
