@@ -847,7 +847,7 @@ def _plot(light: dict, polls: list[dict], cancel: dict) -> None:
     if light:
         ax = axes[0]
         data = [[s["seconds"] for s in light["samples"][p]] for p in ("quiet", "hostile")]
-        ax.boxplot(data, labels=["quiet", "hostile user"], whis=(1, 99))
+        ax.boxplot(data, tick_labels=["quiet", "hostile user"], whis=(1, 99))
         ax.set_ylabel("submit to done (s)")
         ax.set_title("20 light users, one picture each")
     ax = axes[-2]
