@@ -561,10 +561,10 @@ class Hostile:
 
 
 def _redis_usec(client) -> int:
-    return sum(_redis_usec_by_command(client).values())
+    return sum(_redis_stats_by_command(client).values())
 
 
-def _redis_usec_by_command(client, field: str = "usec") -> dict[str, int]:
+def _redis_stats_by_command(client, field: str = "usec") -> dict[str, int]:
     """Redis CPU (microseconds; or, `field` "calls", the commands run) by
     command since the last CONFIG RESETSTAT, the largest first."""
     stats = {k.removeprefix("cmdstat_"): int(v[field]) for k, v in client.info("commandstats").items()
@@ -631,12 +631,12 @@ def poll_cost(system: System, poller: Client, staff: Client) -> list[dict]:
             for _ in range(POLLS):
                 status, _ = poller.call("GET", "/api/batches/?page_size=10")
                 assert status == 200, status
-            rounds.append(_redis_usec_by_command(client))
+            rounds.append(_redis_stats_by_command(client))
         poll_commands = sorted(rounds, key=lambda r: sum(r.values()))[len(rounds) // 2]
         per_poll = sum(poll_commands.values()) / POLLS
         # The same work at every size? The commands a poll runs (the INFO
         # above counted in the last round, taken out).
-        calls_per_poll = (sum(_redis_usec_by_command(client, "calls").values()) - 1) / POLLS
+        calls_per_poll = (sum(_redis_stats_by_command(client, "calls").values()) - 1) / POLLS
         with _functions_timed(client) as poll_functions:
             for _ in range(POLLS):
                 assert poller.call("GET", "/api/batches/?page_size=10")[0] == 200
@@ -656,10 +656,10 @@ def poll_cost(system: System, poller: Client, staff: Client) -> list[dict]:
                      "fairness_page_redis_usec": fairness_usec, "fairness_page_status": status,
                      "poll_redis_calls": round(calls_per_poll, 2),
                      "poll_fcall_usec_by_function": {f: round(u / POLLS, 1) for f, u in poll_functions.items()},
-                     "poll_redis_usec_by_command": {c: round(u / POLLS, 1) for c, u in list(poll_commands.items())[:6]}})
+                     "poll_redis_stats_by_command": {c: round(u / POLLS, 1) for c, u in list(poll_commands.items())[:6]}})
         print(f"  {target:>7,} users: poll {per_poll:8.1f} us of Redis, snapshot {per_snapshot:10.1f} us, "
               f"fairness page {page_s:.2f} s; {calls_per_poll:.2f} commands a poll, by command (us): "
-              f"{rows[-1]['poll_redis_usec_by_command']}; FCALL by function: {rows[-1]['poll_fcall_usec_by_function']}",
+              f"{rows[-1]['poll_redis_stats_by_command']}; FCALL by function: {rows[-1]['poll_fcall_usec_by_function']}",
               flush=True)
         _lua_heap_settled(sched)
     sched.clear()
@@ -701,7 +701,7 @@ def cancel_cost(system: System, client: Client) -> dict:
         t0 = time.monotonic()
         answer = client.ok("POST", f"/api/batches/{second}/cancel/")
         wall = time.monotonic() - t0
-        by_command = _redis_usec_by_command(redis_client)
+        by_command = _redis_stats_by_command(redis_client)
     usec = sum(by_command.values())
     # Before 355e832: an LREM per job, newest first, over the key's list.
     entries = [e for e in redis_client.lrange(backlog[0], 0, -1)]

@@ -66,7 +66,6 @@ class Hook(Generic[E]):
         if events:
             self._signal.send_robust(sender=self.event_type, events=list(events))
 
-
     def _check(self, event: object) -> None:
         if not isinstance(event, self.event_type):
             raise TypeError(f"{type(event).__name__} sent where {self.event_type.__name__} is announced")
