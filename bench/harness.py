@@ -71,15 +71,19 @@ class Worker:
     def __init__(self, lane: str, *, pool: str, concurrency: int, name: str, log_dir: Path,
                  suffix: str = "bench", loglevel: str = "WARNING", env: dict | None = None,
                  extra_args: tuple[str, ...] = ("--without-heartbeat",), wrapper: tuple[str, ...] = (),
-                 app: str = "project", include: tuple[str, ...] = ("bench.tasks",)):
-        """`wrapper`: a command the worker runs under (e.g. faketime, taskset).
+                 app: str = "project", include: tuple[str, ...] = ("bench.tasks",), clock_offset_s: int = 0):
+        """`wrapper`: a command the worker runs under (e.g. taskset, ip netns).
         `app`: the Celery app (`-A`), the project's unless a benchmark brings
-        its own (bench/plain_celery.py); `include`: task modules to import."""
+        its own (bench/plain_celery.py); `include`: task modules to import.
+        `clock_offset_s`: the worker's wall clock is off by this much, as on a
+        host whose clock drifted (bench/skewed_clock.py)."""
         self.name = f"{name}@{suffix}-{os.getpid()}"
         self.lane = lane
         self.log = log_dir / f"{name}.log"
         self.proc = subprocess.Popen(
-            [*DIE_WITH_PARENT, *wrapper, str(BIN / "celery"), "-A", app, "worker", "-Q", lane, "-P", pool,
+            [*DIE_WITH_PARENT, *wrapper,
+             *((str(BIN / "python"), "-m", "bench.skewed_clock", f"{clock_offset_s:+d}") if clock_offset_s else ()),
+             str(BIN / "celery"), "-A", app, "worker", "-Q", lane, "-P", pool,
              "-c", str(concurrency), "-n", self.name, *(["--include", ",".join(include)] if include else []),
              "-l", loglevel, "--without-mingle", "--without-gossip", *extra_args],
             cwd=ROOT, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,

@@ -170,20 +170,17 @@ class HostWorker(Worker):
     """A Celery worker on a simulated host, as the Procfile starts it, with
     the host's name (its host id) and its own scratch folder; optionally
     pinned to CPUs (`cpus`, taskset: one core per host in the scale
-    benchmark) or with its wall clock off by `clock_offset_s` (faketime)."""
+    benchmark) or with its wall clock off by `clock_offset_s`."""
 
     def __init__(self, host: Host, lane: str, *, concurrency: int, log_dir: Path, database_url: str,
                  scratch_dir: Path, clock_offset_s: int = 0, cpus: str | None = None,
                  env: dict[str, str] | None = None):
         self.host = host
         queue, pool = LANES[lane]
-        wrapper = (*(("taskset", "-c", cpus) if cpus else ()),
-                   *(("faketime", "-f", f"{clock_offset_s:+d}s") if clock_offset_s else ()))
+        wrapper = ("taskset", "-c", cpus) if cpus else ()
         super().__init__(
             queue, pool=pool, concurrency=concurrency, name=host.name, log_dir=log_dir, suffix="mh",
-            loglevel="INFO", extra_args=(), wrapper=host.command([], wrapper=wrapper),
+            loglevel="INFO", extra_args=(), wrapper=host.command([], wrapper=wrapper), clock_offset_s=clock_offset_s,
             env={"DATABASE_URL": database_url, "FAIRLANE_SCRATCH_DIR": str(scratch_dir),
-                 # only the wall clock is off, as on a host whose clock drifted
-                 **({"FAKETIME_DONT_FAKE_MONOTONIC": "1"} if clock_offset_s else {}),
                  **(env or {})})
         host.procs.append(self.proc)

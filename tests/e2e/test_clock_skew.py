@@ -10,7 +10,8 @@ from the window, and the one behind fell out of the window at once.
 """
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.conf import settings
@@ -44,17 +45,11 @@ SHORT_LEASES = {"FAIRLANE_JOB_LEASE_S": "4", "FAIR_RUN_LEASE_S": "8", "FAIR_RECO
 
 
 def skewed_worker(name: str, offset_s: int, log_dir) -> Worker:
-    env = {"DATABASE_URL": workers_database_url(), "PYTHONUNBUFFERED": "1", "LOG_FORMAT": "json", **SHORT_LEASES,
-           # only wall-clock time is off, as on a host whose clock drifted
-           "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-           # and only the worker's own (Python's): what compares instants. Its
-           # ffmpeg needs no clock, and libfaketime 0.9.10 can turn a timed wait
-           # on the monotonic clock into an endless one (wolfcw/libfaketime#469):
-           # a 3 s video's job once ran into its 121 s time limit in CI.
-           "FAKETIME_ONLY_CMDS": "python,python3,python3.11"}
+    env = {"DATABASE_URL": workers_database_url(), "PYTHONUNBUFFERED": "1", "LOG_FORMAT": "json", **SHORT_LEASES}
+    # Only the worker's wall clock is off (bench/skewed_clock.py), as on a
+    # host whose clock drifted.
     return Worker(Lane.CPU_TRANSCODE.value, pool="prefork", concurrency=1, name=name, log_dir=log_dir,
-                  suffix="skew", loglevel="INFO", env=env, extra_args=(),
-                  wrapper=("faketime", "-f", f"{offset_s:+d}s"))
+                  suffix="skew", loglevel="INFO", env=env, extra_args=(), clock_offset_s=offset_s)
 
 
 def test_workers_two_minutes_apart_neither_reap_nor_drop_nor_repeat_each_other(
@@ -108,6 +103,26 @@ def test_workers_two_minutes_apart_neither_reap_nor_drop_nor_repeat_each_other(
         assert t0 - slack <= job.started_at <= job.finished_at <= t1 + slack
         assert job.wait_ms < SKEW_S * 1000
     assert pids  # the workers were ours
+    # And their clocks really were off: what they logged about the jobs
+    # carries their own times, two minutes either side of the database's.
+    for worker, offset_s in ((ahead, SKEW_S), (behind, -SKEW_S)):
+        logged = _logged_times([str(job_id) for job_id in ids], worker)
+        assert logged, worker.log_tail()
+        assert all(t0 + timedelta(seconds=offset_s) - slack * 5 <= t <= t1 + timedelta(seconds=offset_s) + slack * 5
+                   for t in logged), (offset_s, t0, t1, logged)
+
+
+def _logged_times(job_ids: list[str], worker: Worker) -> list[datetime]:
+    """When (by the worker's clock) it logged each JSON line about these jobs."""
+    times = []
+    for line in worker.log.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("job_id") in job_ids:
+            times.append(datetime.strptime(record["time"], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC))
+    return times
 
 
 def _log_lines(job_ids, *workers: Worker) -> str:
