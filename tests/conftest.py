@@ -76,8 +76,9 @@ def _api_rates_fresh():
     count against the next test's user of the same id."""
     from django.conf import settings
 
-    from uploads.throttling import KEY_PREFIX
+    from uploads.throttling import KEY_PREFIX, known_refusals
 
+    known_refusals.clear()  # and what this process remembers of them
     client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
     try:
         keys = list(client.scan_iter(match=f"{KEY_PREFIX}*", count=1000))

@@ -83,7 +83,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         if code == "invalid" and isinstance(detail, dict):
             body["fields"] = detail
         if isinstance(exc, exceptions.Throttled):  # DRF set Retry-After to exc.wait, whole seconds
-            body.update(throttling.refusal_details(context.get("request"), exc.wait))
+            refusal = getattr(context.get("request"), "throttle_refusal", None)
+            body.update(throttling.refusal_details(refusal, exc.wait))
         response.data = {"error": body}
     return response
 

@@ -33,17 +33,36 @@ The clock is the web host's (`timer`, DRF's hook, which the tests drive):
 hosts keep NTP time, and one ahead by d seconds lets a user through at most
 d / (60/N) requests early. Redis unavailable, requests pass (logged): the
 API works through an outage, and the limits counted in the database hold.
+
+A refusal costs next to nothing the second time. A refused request learns
+exactly when the next one would pass, and until then every request of that
+user and class is refused (another host's requests can only move the time
+later). So each web process remembers, by the request's credentials as sent
+(its Authorization header and session cookie, both), until when they are
+refused for each class (`KnownRefusals`), and `KnownRefusalMiddleware`
+answers a request whose credentials and class are refused for a while yet
+with the same 429, before Django loads a session, authenticates, or asks
+Redis: no query, no Redis call. One user polling a thousand pages past their
+rate costs the web tier a dictionary lookup per request, not a request's
+work, and the threads stay free for everyone else. Only credentials a view
+authenticated and refused are remembered, so nobody can be refused by what
+another user sends; an entry lasts at most a minute (a plan raised meanwhile
+applies from its end, and a token deleted meanwhile is answered 429, not 401,
+until then), and a process remembers at most REMEMBERED_MOST of them.
 """
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import redis
 from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import Resolver404, resolve
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.throttling import BaseThrottle
 
@@ -96,6 +115,83 @@ def route_class(request: Request, view: APIView) -> str:
     return getattr(view, "throttle_scope", None) or WRITE
 
 
+def _path_route_class(method: str, path: str) -> str | None:
+    """`route_class` before a view is chosen: from the URL's view class
+    (DRF's as_view keeps it as `cls`); None for a path that is no view."""
+    if method in SAFE_METHODS:
+        return READ
+    try:
+        match = resolve(path)
+    except Resolver404:
+        return None
+    return getattr(getattr(match.func, "cls", None), "throttle_scope", None) or WRITE
+
+
+REMEMBERED_MOST = 10_000
+
+
+class KnownRefusals:
+    """Until when each credentials' requests of a class are refused, on this
+    web process (the module's docstring says why that is exact)."""
+
+    def __init__(self) -> None:
+        # credentials -> {route class: (refused until, by the throttle's clock; the rate)}
+        self._until: dict[tuple[str, str], dict[str, tuple[float, int]]] = {}
+
+    @staticmethod
+    def credentials(request: HttpRequest) -> tuple[str, str]:
+        """What authenticates the request, as sent: both, as DRF tries both."""
+        return request.META.get("HTTP_AUTHORIZATION", ""), request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
+
+    def remember(self, request: HttpRequest, name: str, per_min: int, until: float) -> None:
+        if len(self._until) >= REMEMBERED_MOST:
+            now = PlanRateThrottle.timer()
+            self._until = {who: live for who, classes in list(self._until.items())
+                           if (live := {n: e for n, e in classes.items() if e[0] > now})}
+            if len(self._until) >= REMEMBERED_MOST:
+                self._until.pop(next(iter(self._until)))  # the longest remembered
+        self._until.setdefault(self.credentials(request), {})[name] = (until, per_min)
+
+    def refused(self, request: HttpRequest) -> tuple[Refusal, float] | None:
+        """(the refusal, seconds it has left) if this request's credentials
+        are refused for its route class for a while yet."""
+        classes = self._until.get(self.credentials(request))
+        if not classes:
+            return None
+        name = _path_route_class(request.method, request.path_info)
+        until, per_min = classes.get(name, (0.0, 0))
+        left = until - PlanRateThrottle.timer()
+        if not 0 < left <= PERIOD_US / 1_000_000:  # over, or a clock that went back
+            classes.pop(name, None)
+            return None
+        return Refusal(name, per_min), left
+
+    def clear(self) -> None:
+        self._until.clear()
+
+
+known_refusals = KnownRefusals()
+
+
+class KnownRefusalMiddleware:
+    """Answers an API request whose credentials are refused for its route
+    class for a while yet, before the session, authentication or Redis
+    (settings.MIDDLEWARE: after security headers and static files)."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path_info.startswith("/api/"):
+            known = known_refusals.refused(request)
+            if known is not None:
+                refusal, left = known
+                retry_after = max(1, math.ceil(left))
+                body = {"code": "throttled", **refusal_details(refusal, retry_after)}
+                return JsonResponse({"error": body}, status=429, headers={"Retry-After": str(retry_after)})
+        return self.get_response(request)
+
+
 class PlanRateThrottle(BaseThrottle):
     """DRF's throttle for every API view (settings.REST_FRAMEWORK): the
     user's plan's rate for the request's route class, counted in Redis."""
@@ -120,17 +216,18 @@ class PlanRateThrottle(BaseThrottle):
         if not wait_us:
             return True
         request.throttle_refusal = Refusal(name, per_min)
+        if name != ANONYMOUS:
+            known_refusals.remember(request._request, name, per_min, now_us / 1_000_000 + self.wait_s)
         return False
 
     def wait(self) -> float:
         return self.wait_s
 
 
-def refusal_details(request: Request | None, retry_after: int) -> dict:
+def refusal_details(refusal: Refusal | None, retry_after: int) -> dict:
     """The body of a 429 `throttled` beside its code: a message for people,
     `retry_after` (the seconds of its Retry-After header), and the route
-    class and rate it was held to."""
-    refusal = getattr(request, "throttle_refusal", None)
+    class and rate it was held to (`refusal`, the request's `throttle_refusal`)."""
     details = {"retry_after": retry_after}
     if refusal is None:
         return {"message": f"Too many requests; try again in {retry_after} s.", **details}
@@ -142,5 +239,5 @@ def refusal_details(request: Request | None, retry_after: int) -> dict:
             "limit": refusal.per_min, **details}
 
 
-__all__ = ["ANONYMOUS", "KEY_PREFIX", "PlanRateThrottle", "READ", "REPLAY", "Refusal", "UPLOAD", "WRITE",
-           "refusal_details", "route_class"]
+__all__ = ["ANONYMOUS", "KEY_PREFIX", "KnownRefusalMiddleware", "KnownRefusals", "PlanRateThrottle", "READ",
+           "REPLAY", "Refusal", "UPLOAD", "WRITE", "known_refusals", "refusal_details", "route_class"]

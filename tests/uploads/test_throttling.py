@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from django.test import RequestFactory
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
@@ -43,6 +44,7 @@ class OtherHost(APIClient):
 
     def request(self, *args, **kwargs):
         throttling._script.cache_clear()
+        throttling.known_refusals.clear()  # nor what this one remembers
         return super().request(*args, **kwargs)
 
 
@@ -137,6 +139,9 @@ def test_every_api_route_and_method_is_of_the_route_class_the_docs_say():
             expected = ("read" if method == "get" else "upload" if route in UPLOADING else
                         "replay" if route in REPLAYING else "write")
             assert throttling.route_class(Request(method.upper()), view) == expected, (method, route)
+            # and the same from the path, before a view is chosen (KnownRefusalMiddleware)
+            path = "/" + re.sub(r"<uuid:\w+>", "00000000-0000-0000-0000-000000000001", route)
+            assert throttling._path_route_class(method.upper(), path) == expected, (method, path)
             seen.add(expected)
     assert seen == {"read", "write", "upload", "replay"}
 
@@ -181,3 +186,52 @@ def test_with_redis_unavailable_requests_pass_and_say_so_in_the_log(make_user, a
     with caplog.at_level(logging.WARNING, logger="uploads.throttling"):
         assert client.get("/api/webhooks/").status_code == 200
     assert re.search(r"API rates: not counted, Redis unavailable", caplog.text)
+
+
+def test_a_refused_requests_credentials_are_refused_again_without_a_query_or_redis_until_their_time(
+        hosts, clock, make_user, api_client_for, monkeypatch, django_assert_num_queries):
+    """The second refusal is the first's answer, given before the session,
+    authentication and the rate's Redis script; only for those credentials
+    and that route class, and only until the time the first one told."""
+    alice, one, _ = hosts
+    Profile.objects.create(user=alice, api_reads_per_min=2)  # one every 30 s
+    assert [one.get("/api/webhooks/").status_code for _ in range(2)] == [200, 200]
+    first = one.get("/api/webhooks/")
+    assert refusal(first) == (30, {"code": "throttled", "retry_after": 30, "route_class": "read", "limit": 2,
+                                   "message": "Too many read requests: your plan allows 2 a minute. "
+                                              "Try again in 30 s."})
+
+    def no_redis(url):
+        raise AssertionError("the rate's script was asked")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(throttling, "_script", no_redis)
+        clock.now += 10.2
+        with django_assert_num_queries(0):
+            again = one.get("/api/jobs/?page_size=10")  # another route of the class
+        assert refusal(again) == (20, {**refusal(first)[1], "retry_after": 20,
+                                       "message": "Too many read requests: your plan allows 2 a minute. "
+                                                  "Try again in 20 s."})
+    # Her writes, bob's reads: the throttle's to judge, and they pass.
+    assert one.delete("/api/webhooks/00000000-0000-0000-0000-000000000001/").status_code == 404
+    assert api_client_for(make_user("bob")).get("/api/webhooks/").status_code == 200
+    clock.now += 19.8
+    assert one.get("/api/webhooks/").status_code == 200  # her time came
+
+
+def test_a_web_process_remembers_a_bounded_number_of_refused_credentials_the_expired_first(clock, monkeypatch):
+    monkeypatch.setattr(throttling, "REMEMBERED_MOST", 3)
+    known = throttling.KnownRefusals()
+    factory = RequestFactory()
+    asking = [factory.get("/api/jobs/", HTTP_AUTHORIZATION=f"Token t{i}") for i in range(5)]
+    known.remember(asking[0], "read", 6, clock.now + 5)  # over first
+    for request in asking[1:3]:
+        known.remember(request, "read", 6, clock.now + 30)
+    clock.now += 10
+    known.remember(asking[3], "read", 6, clock.now + 30)  # the expired one made room
+    assert [known.refused(r) is not None for r in asking] == [False, True, True, True, False]
+    known.remember(asking[4], "read", 6, clock.now + 30)  # none expired: the longest remembered goes
+    assert [known.refused(r) is not None for r in asking] == [False, False, True, True, True]
+    assert known.refused(factory.post("/api/webhooks/", HTTP_AUTHORIZATION="Token t4")) is None  # a write
+    assert known.refused(factory.get("/api/jobs/", HTTP_AUTHORIZATION="Token t4",
+                                     HTTP_COOKIE="sessionid=x")) is None  # other credentials
