@@ -48,6 +48,7 @@ ENDPOINTS_MIN, ENDPOINTS_MAX = 1, 1_000
 PENDING_UPLOADS_MIN, PENDING_UPLOADS_MAX = 1, 100_000
 PENDING_BYTES_MIN, PENDING_BYTES_MAX = 1, 1024**4
 API_RATE_MIN, API_RATE_MAX = 1, 100_000  # requests a minute
+API_SECONDS_MIN, API_SECONDS_MAX = 1, 6_000  # seconds of requests in progress a minute (100 threads' worth)
 
 
 def validate_finite(value: float) -> None:

@@ -52,6 +52,7 @@ DEFAULTS = {
     "api_writes_per_min": "FAIRLANE_API_WRITES_PER_MIN",
     "api_uploads_per_min": "FAIRLANE_API_UPLOADS_PER_MIN",
     "api_replays_per_min": "FAIRLANE_API_REPLAYS_PER_MIN",
+    "api_seconds_per_min": "FAIRLANE_API_SECONDS_PER_MIN",
 }
 # The API's route classes (uploads/throttling.py), each with its rate in the plan.
 API_CLASSES = ("read", "write", "upload", "replay")
@@ -65,6 +66,7 @@ class Limits:
     pending_uploads: int
     pending_bytes: int
     api_per_min: Mapping[str, int]  # by route class (API_CLASSES)
+    api_seconds_per_min: int  # the web's time for all of them together
 
 
 def limits_for(*, user_id: int) -> Limits:
@@ -82,7 +84,8 @@ def limits_for(*, user_id: int) -> Limits:
     got = {field: getattr(settings, DEFAULTS[field]) if value is None else value for field, value in values.items()}
     return Limits(queued_jobs=got["max_queued_jobs"], webhook_endpoints=got["max_webhook_endpoints"],
                   pending_uploads=got["max_pending_uploads"], pending_bytes=got["max_pending_bytes"],
-                  api_per_min={name: got[f"api_{name}s_per_min"] for name in API_CLASSES})
+                  api_per_min={name: got[f"api_{name}s_per_min"] for name in API_CLASSES},
+                  api_seconds_per_min=got["api_seconds_per_min"])
 
 
 def owner_lock(user_ids: Iterable[int]) -> None:

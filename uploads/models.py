@@ -32,6 +32,7 @@ PLAN_LIMITS = {
     "max_pending_bytes": (plans.PENDING_BYTES_MIN, plans.PENDING_BYTES_MAX),
     **dict.fromkeys(("api_reads_per_min", "api_writes_per_min", "api_uploads_per_min", "api_replays_per_min"),
                     (plans.API_RATE_MIN, plans.API_RATE_MAX)),
+    "api_seconds_per_min": (plans.API_SECONDS_MIN, plans.API_SECONDS_MAX),
 }
 
 
@@ -88,6 +89,9 @@ class Profile(models.Model):
         "(empty: FAIRLANE_API_UPLOADS_PER_MIN).")
     api_replays_per_min = _limit(
         "api_replays_per_min", "Webhook deliveries replayed a minute (empty: FAIRLANE_API_REPLAYS_PER_MIN).")
+    api_seconds_per_min = _limit(
+        "api_seconds_per_min", "Seconds the web spends on this user's API requests a minute, all of them "
+        "together (empty: FAIRLANE_API_SECONDS_PER_MIN).")
 
     # The fields that make the plan (fair_policies checks them again where used).
     PLAN_FIELDS = ("weight", "transcode_cap", "notify_rate_per_s", "notify_burst", "notify_cap")

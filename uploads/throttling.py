@@ -16,6 +16,16 @@ them) to FAIRLANE_API_ANON_PER_MIN per address. Past it the answer is 429
 `throttled`, with `Retry-After` (whole seconds, at least 1) and the same in
 the body's `retry_after`. One user's requests never count against another's.
 
+Counting requests does not bound what they cost: one batch list takes 5 ms,
+another (over 10,000 jobs) 100 ms, a 5,000-job cancel 8 s, and a user within
+their rates could keep the web's threads busy for everyone (bench-isolation).
+So a user's API requests also share one budget of the web's time, their
+plan's api_seconds_per_min (FAIRLANE_API_SECONDS_PER_MIN): each request
+that passed is charged, after its answer, the seconds it spent in Django,
+and a request is refused (429 `throttled`, route class `seconds`) while the
+user is more than a minute's budget ahead. The charge comes after, so one
+long request is never cut short; the next ones wait until it is paid.
+
 How. A rate of N a minute is a GCRA bucket (the generic cell rate
 algorithm, as notify/ratelimit.py keeps one per webhook endpoint): one Redis
 key per user and class holds the "theoretical arrival time" (TAT). A
@@ -76,18 +86,36 @@ log = logging.getLogger(__name__)
 
 READ, WRITE, UPLOAD, REPLAY = limits.API_CLASSES
 ANONYMOUS = "anonymous"
+SECONDS = "seconds"  # the web's time for all of a user's API requests
 KEY_PREFIX = "fairlane:throttle:"
 PERIOD_US = 60_000_000  # rates are per minute
-# KEYS[1] the bucket; ARGV now and the interval between requests (60/N s),
-# both in whole microseconds (exact in Lua's doubles). Returns 0 (passed) or
-# the microseconds until a request would pass.
+# KEYS[1] the bucket; KEYS[2], if given, the user's bucket of the web's time,
+# which must not be more than a minute ahead either. ARGV now and the
+# interval between requests (60/N s), both in whole microseconds (exact in
+# Lua's doubles). Returns {0, 0} (passed) or {the microseconds until a
+# request would pass, 1 if the web's time is what is spent}.
 _GCRA = """
-local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now, interval, period = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if KEYS[2] then
+  local spent = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if spent - now > period then
+    return {spent - now - period, 1}
+  end
+end
 local tat = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), now) + interval
-if tat - now > tonumber(ARGV[3]) then
-  return tat - now - tonumber(ARGV[3])
+if tat - now > period then
+  return {tat - now - period, 0}
 end
 redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000))
+return {0, 0}
+"""
+# KEYS[1] the user's bucket of the web's time; ARGV now and what the request
+# cost it (its seconds scaled to the plan's: 60 / seconds a minute), whole
+# microseconds. A GCRA whose interval is the request's cost.
+_CHARGE = """
+local now = tonumber(ARGV[1])
+local tat = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), now) + tonumber(ARGV[2])
+redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.max(1, math.ceil((tat - now) / 1000)))
 return 0
 """
 
@@ -101,10 +129,20 @@ class Refusal:
 
 
 @functools.lru_cache(maxsize=4)
-def _script(url: str):
+def _client(url: str) -> redis.Redis:
     # One pool per process and URL (redis-py's pool starts afresh in a forked
     # child); a short timeout: every API request waits on it.
-    return redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1).register_script(_GCRA)
+    return redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+
+
+@functools.lru_cache(maxsize=4)
+def _script(url: str):
+    return _client(url).register_script(_GCRA)
+
+
+@functools.lru_cache(maxsize=4)
+def _charge_script(url: str):
+    return _client(url).register_script(_CHARGE)
 
 
 def route_class(request: Request, view: APIView) -> str:
@@ -158,13 +196,14 @@ class KnownRefusals:
         classes = self._until.get(self.credentials(request))
         if not classes:
             return None
-        name = _path_route_class(request.method, request.path_info)
-        until, per_min = classes.get(name, (0.0, 0))
-        left = until - PlanRateThrottle.timer()
-        if not 0 < left <= PERIOD_US / 1_000_000:  # over, or a clock that went back
-            classes.pop(name, None)
-            return None
-        return Refusal(name, per_min), left
+        now = PlanRateThrottle.timer()
+        for name in (SECONDS, _path_route_class(request.method, request.path_info)):
+            until, per_min = classes.get(name, (0.0, 0))
+            left = until - now
+            if 0 < left <= PERIOD_US / 1_000_000:
+                return Refusal(name, per_min), left
+            classes.pop(name, None)  # over, or a clock that went back
+        return None
 
     def clear(self) -> None:
         self._until.clear()
@@ -175,21 +214,43 @@ known_refusals = KnownRefusals()
 
 class KnownRefusalMiddleware:
     """Answers an API request whose credentials are refused for its route
-    class for a while yet, before the session, authentication or Redis
-    (settings.MIDDLEWARE: after security headers and static files)."""
+    class (or for the web's time) for a while yet, before the session,
+    authentication or Redis; and charges a request that passed with the
+    time it took (settings.MIDDLEWARE: after security headers and static
+    files, so that the time is nearly all of the request's in Django)."""
+
+    clock = time.perf_counter  # what a request's time is read from, which tests replace
 
     def __init__(self, get_response) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path_info.startswith("/api/"):
-            known = known_refusals.refused(request)
-            if known is not None:
-                refusal, left = known
-                retry_after = max(1, math.ceil(left))
-                body = {"code": "throttled", **refusal_details(refusal, retry_after)}
-                return JsonResponse({"error": body}, status=429, headers={"Retry-After": str(retry_after)})
-        return self.get_response(request)
+        if not request.path_info.startswith("/api/"):
+            return self.get_response(request)
+        known = known_refusals.refused(request)
+        if known is not None:
+            refusal, left = known
+            retry_after = max(1, math.ceil(left))
+            body = {"code": "throttled", **refusal_details(refusal, retry_after)}
+            return JsonResponse({"error": body}, status=429, headers={"Retry-After": str(retry_after)})
+        started = self.clock()
+        response = self.get_response(request)
+        took = self.clock() - started
+        charge = getattr(request, "api_seconds_charge", None)  # set by the throttle when it let it pass
+        if charge is not None:
+            _charge(charge, took)
+        return response
+
+
+def _charge(charge: tuple[str, int], seconds: float) -> None:
+    """The user's bucket of the web's time takes `seconds` of a plan that
+    allows `per_min` seconds a minute."""
+    key, per_min = charge
+    try:
+        _charge_script(settings.REDIS_URL)(keys=[key], args=[int(PlanRateThrottle.timer() * 1_000_000),
+                                                             math.ceil(seconds * PERIOD_US / per_min)])
+    except redis.RedisError as exc:
+        log.warning("API rates: a request's time not counted, Redis unavailable: %r", exc)
 
 
 class PlanRateThrottle(BaseThrottle):
@@ -200,21 +261,28 @@ class PlanRateThrottle(BaseThrottle):
 
     def allow_request(self, request: Request, view: APIView) -> bool:
         user = request.user
+        seconds_key = seconds_per_min = None
         if user is not None and user.is_authenticated:
-            name = route_class(request, view)
-            who, per_min = f"user:{user.pk}", limits.limits_for(user_id=user.pk).api_per_min[name]
+            name, who, plan = route_class(request, view), f"user:{user.pk}", limits.limits_for(user_id=user.pk)
+            per_min, seconds_per_min = plan.api_per_min[name], plan.api_seconds_per_min
+            seconds_key = f"{KEY_PREFIX}{SECONDS}:{who}"
         else:
             name, who, per_min = ANONYMOUS, f"ip:{self.get_ident(request)}", settings.FAIRLANE_API_ANON_PER_MIN
         now_us = int(self.timer() * 1_000_000)
         try:
-            wait_us = _script(settings.REDIS_URL)(keys=[f"{KEY_PREFIX}{name}:{who}"],
-                                                 args=[now_us, PERIOD_US // per_min, PERIOD_US])
+            wait_us, spent = _script(settings.REDIS_URL)(
+                keys=[f"{KEY_PREFIX}{name}:{who}", *([seconds_key] if seconds_key else [])],
+                args=[now_us, PERIOD_US // per_min, PERIOD_US])
         except redis.RedisError as exc:
             log.warning("API rates: not counted, Redis unavailable: %r", exc)
             return True
         self.wait_s = wait_us / 1_000_000
         if not wait_us:
+            if seconds_key:
+                request._request.api_seconds_charge = (seconds_key, seconds_per_min)
             return True
+        if spent:
+            name, per_min = SECONDS, seconds_per_min
         request.throttle_refusal = Refusal(name, per_min)
         if name != ANONYMOUS:
             known_refusals.remember(request._request, name, per_min, now_us / 1_000_000 + self.wait_s)
@@ -233,11 +301,14 @@ def refusal_details(refusal: Refusal | None, retry_after: int) -> dict:
         return {"message": f"Too many requests; try again in {retry_after} s.", **details}
     if refusal.route_class == ANONYMOUS:
         why = f"Too many requests from your address: {refusal.per_min:,} a minute are allowed"
+    elif refusal.route_class == SECONDS:
+        why = (f"Your API requests took too much of the web's time: your plan allows {refusal.per_min:,} s "
+               f"of them a minute")
     else:
         why = f"Too many {refusal.route_class} requests: your plan allows {refusal.per_min:,} a minute"
     return {"message": f"{why}. Try again in {retry_after} s.", "route_class": refusal.route_class,
             "limit": refusal.per_min, **details}
 
 
-__all__ = ["ANONYMOUS", "KEY_PREFIX", "KnownRefusalMiddleware", "KnownRefusals", "PlanRateThrottle", "READ",
+__all__ = ["ANONYMOUS", "KEY_PREFIX", "SECONDS", "KnownRefusalMiddleware", "KnownRefusals", "PlanRateThrottle", "READ",
            "REPLAY", "Refusal", "UPLOAD", "WRITE", "known_refusals", "refusal_details", "route_class"]

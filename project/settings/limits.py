@@ -48,13 +48,20 @@ FAIRLANE_API_WRITES_PER_MIN = int(env("FAIRLANE_API_WRITES_PER_MIN", "300"))
 FAIRLANE_API_UPLOADS_PER_MIN = int(env("FAIRLANE_API_UPLOADS_PER_MIN", "1200"))
 # A replay sends a request to a receiver of the user's choosing.
 FAIRLANE_API_REPLAYS_PER_MIN = int(env("FAIRLANE_API_REPLAYS_PER_MIN", "60"))
+# The web's time for one user's API requests, seconds a minute, all classes
+# together (uploads/throttling.py): requests are counted above, but one may
+# cost 5 ms and another 5 s. 60 is one web thread's worth of the Procfile's
+# 2 x 4 on average, a user's whole minute of it at once: a page's polls take
+# a few seconds a minute, a 2,000-file claim a few seconds once.
+FAIRLANE_API_SECONDS_PER_MIN = int(env("FAIRLANE_API_SECONDS_PER_MIN", "60"))
 # Anonymous requests (the schema and its docs page; everything else needs a user), per address.
 FAIRLANE_API_ANON_PER_MIN = int(env("FAIRLANE_API_ANON_PER_MIN", "60"))
 # Like a plan's own limits (project/plans.py), the defaults are at least 1
 # (and notifications.py's):
 # 0 would shut every user without a plan out.
 if min(FAIRLANE_API_READS_PER_MIN, FAIRLANE_API_WRITES_PER_MIN, FAIRLANE_API_UPLOADS_PER_MIN,
-       FAIRLANE_API_REPLAYS_PER_MIN, FAIRLANE_API_ANON_PER_MIN, FAIRLANE_MAX_QUEUED_JOBS,
+       FAIRLANE_API_REPLAYS_PER_MIN, FAIRLANE_API_ANON_PER_MIN, FAIRLANE_API_SECONDS_PER_MIN, FAIRLANE_MAX_QUEUED_JOBS,
        FAIRLANE_MAX_PENDING_UPLOADS, FAIRLANE_MAX_USER_PENDING_BYTES) < 1:
-    raise ImproperlyConfigured("the per-user limits (FAIRLANE_API_*_PER_MIN, FAIRLANE_MAX_QUEUED_JOBS, "
+    raise ImproperlyConfigured("the per-user limits (FAIRLANE_API_*_PER_MIN, FAIRLANE_API_SECONDS_PER_MIN, "
+                               "FAIRLANE_MAX_QUEUED_JOBS, "
                                "FAIRLANE_MAX_PENDING_UPLOADS, FAIRLANE_MAX_USER_PENDING_BYTES) must be at least 1")

@@ -43,7 +43,8 @@ class OtherHost(APIClient):
     connection (another web process): only Redis can carry the count."""
 
     def request(self, *args, **kwargs):
-        throttling._script.cache_clear()
+        for cached in (throttling._client, throttling._script, throttling._charge_script):
+            cached.cache_clear()
         throttling.known_refusals.clear()  # nor what this one remembers
         return super().request(*args, **kwargs)
 
@@ -235,3 +236,52 @@ def test_a_web_process_remembers_a_bounded_number_of_refused_credentials_the_exp
     assert known.refused(factory.post("/api/webhooks/", HTTP_AUTHORIZATION="Token t4")) is None  # a write
     assert known.refused(factory.get("/api/jobs/", HTTP_AUTHORIZATION="Token t4",
                                      HTTP_COOKIE="sessionid=x")) is None  # other credentials
+
+
+class Stopwatch:
+    """The middleware's clock for a request's time: every request that
+    reaches Django takes `step` seconds (the middleware reads the clock as
+    it starts and as it ends)."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step, self.reads = 0.0, step, 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        if self.reads % 2 == 0:
+            self.now += self.step
+        return self.now
+
+
+def test_a_users_requests_share_a_budget_of_the_webs_time_whatever_their_class(
+        hosts, clock, make_user, api_client_for, monkeypatch, redis_client):
+    """Each request that passed is charged its seconds after its answer; a
+    user more than a minute's budget ahead is refused, in every class,
+    until it is paid; nobody else is."""
+    alice, one, two = hosts
+    Profile.objects.create(user=alice, api_seconds_per_min=2)  # a request of 1 s takes 30 s of the bucket
+    monkeypatch.setattr(throttling.KnownRefusalMiddleware, "clock", Stopwatch(1.0))
+    assert [c.get("/api/webhooks/").status_code for c in (one, two, one)] == [200] * 3  # 30, 60, 90 s ahead
+    after, error = refusal(two.get("/api/webhooks/"))
+    assert after == 30 and error == {
+        "code": "throttled", "retry_after": 30, "route_class": "seconds", "limit": 2,
+        "message": "Your API requests took too much of the web's time: your plan allows 2 s of them a minute. "
+                   "Try again in 30 s."}
+    nobody = "/api/webhooks/00000000-0000-0000-0000-000000000001/"
+    assert refusal(one.delete(nobody))[1]["route_class"] == "seconds"  # a write: the same budget
+    assert refusal(one.delete(nobody))[0] == 30  # and again, from what this process remembers
+    bob = api_client_for(make_user("bob"))
+    assert [bob.get("/api/webhooks/").status_code for _ in range(3)] == [200] * 3
+    clock.now += 30
+    assert one.delete(nobody).status_code == 404  # paid: through to the view
+    assert refusal(two.get("/api/webhooks/"))[1]["route_class"] == "seconds"
+
+
+def test_a_request_is_charged_the_time_it_took(make_user, api_client_for, clock, redis_client):
+    alice = make_user("alice")
+    assert api_client_for(alice).get("/api/webhooks/").status_code == 200
+    key = f"{throttling.KEY_PREFIX}seconds:user:{alice.pk}"
+    ahead_s = int(redis_client.get(key)) / 1e6 - clock.now
+    # 60 s a minute by default: the bucket moved by the request's own time, real and short
+    assert limits.limits_for(user_id=alice.pk).api_seconds_per_min == 60
+    assert 0 < ahead_s < 5, ahead_s
