@@ -60,6 +60,24 @@ class Environment:
 DIE_WITH_PARENT: tuple[str, ...] = ("setpriv", "--pdeathsig", "TERM", "--") if shutil.which("setpriv") else ()
 
 
+def children_of(pid: int, *, recursive: bool = False) -> list[int]:
+    """`pid`'s child processes, from /proc; with `recursive` their children
+    too, parents before children."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [child for child, parent in parents.items() if parent in frontier]
+        found += frontier
+        if not recursive:
+            break
+    return found
+
+
 class Worker:
     """One Celery worker process on one lane, started the way the Procfile
     starts it (the benchmarks, and the tests in tests/workers.py and
@@ -93,19 +111,7 @@ class Worker:
     def children(self, *, recursive: bool = False) -> list[int]:
         """The pool's child processes (prefork), from /proc; with `recursive`
         their children too (the ffmpeg they run), parents before children."""
-        parents = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-        found, frontier = [], [self.proc.pid]
-        while frontier:
-            frontier = [pid for pid, parent in parents.items() if parent in frontier]
-            found += frontier
-            if not recursive:
-                break
-        return found
+        return children_of(self.proc.pid, recursive=recursive)
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

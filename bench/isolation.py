@@ -103,16 +103,12 @@ def _cpu_ticks(pids: list[int]) -> int:
 
 
 def _group(pid: int) -> list[int]:
-    """The processes of `pid`'s session (what it started)."""
-    found = [pid]
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[4]) == pid:  # session id
-            found.append(int(stat.parent.name))
-    return sorted(set(found))
+    """`pid` and its descendants (gunicorn's workers, Celery's pool and its
+    ffmpeg, PostgreSQL's backends). It read field 7 (the terminal) for the
+    session before, so it found the leader alone: 0 CPU for the web."""
+    from bench.harness import children_of
+
+    return [pid, *children_of(pid, recursive=True)]
 
 
 class System:
@@ -270,10 +266,17 @@ class Client:
         return resp.status, body
 
     def ok(self, method: str, path: str, payload=None) -> dict:
-        status, body = self.call(method, path, payload)
-        if status >= 300:
-            raise RuntimeError(f"{method} {path} -> {status} {body}")
-        return body
+        """A request that must pass: a `throttled` answer (the user's rates
+        or web-time budget spent, as the hostile user's always are when its
+        phase ends) is sent again after its Retry-After, as a client should."""
+        while True:
+            status, body = self.call(method, path, payload)
+            if status == 429 and body.get("error", {}).get("code") == "throttled":
+                time.sleep(body["error"]["retry_after"])
+                continue
+            if status >= 300:
+                raise RuntimeError(f"{method} {path} -> {status} {body}")
+            return body
 
 
 def settings_session_cookie() -> str:
@@ -391,6 +394,7 @@ def light_round(clients: list[Client], photo: bytes, round_no: int) -> list[dict
             # Where the time went: the upload's requests (create, PUT, claim),
             # the wait for a worker (claimed to started), the processing.
             done[str(job_id)] = {"user": user, "status": status, "seconds": round(finished.timestamp() - t0, 3),
+                                 "t0": round(t0, 3),
                                  "upload_s": round(claimed - t0, 3),
                                  "wait_s": round(began.timestamp() - claimed, 3) if began else None,
                                  "process_s": round(finished.timestamp() - began.timestamp(), 3) if began else None}
@@ -523,7 +527,7 @@ class Hostile:
             self.pollers.join()
         self.client.ok("POST", f"/api/batches/{self.batch}/cancel/")
         for endpoint in self.endpoints:
-            self.client.call("DELETE", f"/api/webhooks/{endpoint}/")
+            self.client.ok("DELETE", f"/api/webhooks/{endpoint}/")
 
     def _cancel_retry(self) -> None:
         while not self.stop.is_set():
@@ -727,6 +731,17 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def _sample_cpu(system: System, timeline: list[dict], stop: threading.Event, every_s: float = 5.0) -> None:
+    """Each part's CPU (cores) over every `every_s` until `stop`, with the
+    interval's end (epoch), to set beside the light uploads' `t0`."""
+    before, t0 = system.cpu_s(), time.monotonic()
+    while not stop.wait(every_s):
+        after, t1 = system.cpu_s(), time.monotonic()
+        cores = {name: round((after[name] - before.get(name, 0.0)) / (t1 - t0), 3) for name in after}
+        timeline.append({"t": round(time.time(), 1), **cores})
+        before, t0 = after, t1
+
+
 def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-isolation-"))
     system = None
@@ -752,6 +767,10 @@ def main() -> None:
         attacker = Hostile(system, hostile, tiny)
         if CYCLES:
             attacker.prepare()
+        timeline: list[dict] = []
+        sampling = threading.Event()
+        sampler = threading.Thread(target=_sample_cpu, args=(system, timeline, sampling), daemon=True)
+        sampler.start()
         for cycle in range(CYCLES):
             for phase in ("quiet", "hostile"):
                 if phase == "hostile":
@@ -773,6 +792,8 @@ def main() -> None:
                       f"p99 {percentile([s['seconds'] for s in phases[phase]], 0.99):.2f} s so far; medians of its "
                       f"steps: {steps}", flush=True)
 
+        sampling.set()
+        sampler.join()
         quiet = [s["seconds"] for s in phases["quiet"]]
         loud = [s["seconds"] for s in phases["hostile"]]
         light_result = None if not CYCLES else {
@@ -787,6 +808,7 @@ def main() -> None:
             "hostile_cancel_s": {"n": len(attacker.cancel_s), "median": statistics.median(attacker.cancel_s or [0])},
             "hostile_retry_s": {"n": len(attacker.retry_s), "median": statistics.median(attacker.retry_s or [0])},
             "receiver_requests": system.receiver.count,
+            "cpu_timeline": timeline,
         }
         system.stop_workers()
         # The poller has a batch that waits (no worker takes it): its poll asks for an estimate.
