@@ -74,6 +74,7 @@ from uploads.models import Batch, Job
 log = logging.getLogger(__name__)
 
 TASK_JOB_FINISHED = "notify.job_finished"
+TASK_JOBS_CANCELED = "notify.jobs_canceled"
 TASK_JOB_PLAYABLE = "notify.job_playable"
 TASK_DELIVER = "notify.deliver"
 # Fair-share charge of one notify task, in worker seconds (mostly waiting on
@@ -122,14 +123,31 @@ def job_finished_receive(event: JobFinished) -> None:
 
 def jobs_finished_receive(events: list[JobFinished]) -> None:
     """The same for many endings at once (a batch canceled): the owners'
-    plans in one query, the tasks in pipelined round trips."""
+    plans in one query, the tasks in pipelined round trips. Jobs canceled
+    together (one owner, one `finished_at`) are one task for all of them
+    (`jobs_canceled_process`), not one each: a canceled job has no event of
+    its own, only its batch's summary to publish, and 5,000 tasks asking
+    for the same summary took the notify worker and the database a minute
+    of two cores (bench/isolation.py's CPU timeline)."""
     ended = [e for e in events if e.status in TERMINAL_JOB_STATUSES]
+    groups = {(e.owner_id, e.finished_at) for e in ended if e.status == "canceled" and e.finished_at is not None}
     plans = plans_for({e.owner_id for e in ended})
     dispatcher.enqueue_many([
         dispatcher.Submission(TASK_JOB_FINISHED, [str(e.job_id), e.status],
                               task_id=_job_finished_task_id(e.job_id, e.status), fair_key=str(e.owner_id),
                               cost=NOTIFY_COST_S, policy=plans.get(e.owner_id))
-        for e in ended])
+        for e in ended if (e.owner_id, e.finished_at) not in groups
+    ] + [_canceled_submission(owner_id, finished_at, plans) for owner_id, finished_at in sorted(groups)])
+
+
+def _canceled_task_id(owner_id: int, finished_at: datetime) -> str:
+    return f"notify-canceled-{owner_id}-{round(finished_at.timestamp() * 1_000_000)}"
+
+
+def _canceled_submission(owner_id: int, finished_at: datetime, plans: Plans) -> dispatcher.Submission:
+    return dispatcher.Submission(TASK_JOBS_CANCELED, [owner_id, finished_at.isoformat()],
+                                 task_id=_canceled_task_id(owner_id, finished_at), fair_key=str(owner_id),
+                                 cost=NOTIFY_COST_S, policy=plans.get(owner_id))
 
 
 def job_playable_receive(event: JobPlayable) -> None:
@@ -285,6 +303,40 @@ def job_event_process(*, job_id: str, status: str) -> None:
         JobEnding.objects.filter(pk=ending.pk).delete()
 
 
+def jobs_canceled_process(*, owner_id: int, finished_at: datetime | str) -> int:
+    """The notify side of the jobs one cancel ended together (the owner's
+    jobs canceled at `finished_at` whose ending is still owed): the summary
+    of each of their batches, once, then their outbox flags, in one UPDATE.
+    A canceled job has no event of its own, so this is what their tasks
+    one by one would have done, in statements that do not grow with the
+    number of jobs (one summary per batch). Tries are counted on the
+    group's first job, as job_event_process counts a job's; given up,
+    the whole group's flags are cleared. Returns how many were cleared."""
+    if isinstance(finished_at, str):
+        finished_at = datetime.fromisoformat(finished_at)
+    group = Job.objects.filter(owner_id=owner_id, status=Job.Status.CANCELED, finished_at=finished_at,
+                               notify_pending=True)
+    first = group.select_related("owner").order_by("id").first()
+    if first is None:
+        return 0  # done already (a redelivery, the reconciler)
+    ending = _ending_claim(first)
+    if ending is None:
+        return group.update(notify_pending=False)  # given up
+    try:
+        batches = group.filter(upload__isnull=False).order_by().values_list("upload__batch", flat=True).distinct()
+        for batch in sorted(batches):
+            batch_summary_publish(batch=batch, owner=first.owner)
+    except Exception as exc:
+        _ending_failed(ending, exc)
+        if ending.tries >= settings.NOTIFY_MAX_ATTEMPTS:
+            group.update(notify_pending=False)
+        raise
+    with transaction.atomic():
+        cleared = group.update(notify_pending=False)
+        JobEnding.objects.filter(pk=ending.pk).delete()
+    return cleared
+
+
 # --- a job ending's tries ------------------------------------------------------------
 
 
@@ -353,13 +405,20 @@ def job_notifications_reconcile() -> int:
     if not dispatcher.is_fair(Lane.IO_NOTIFY):
         return 0  # plain FIFO (benchmarks' baseline): nothing tells what the broker holds
     settled = timezone.now() - timedelta(seconds=settings.FAIR_RECONCILE_MIN_AGE_S)
-    pending = Job.objects.filter(notify_pending=True, finished_at__lt=settled).values_list("id", "status", "owner_id")
+    pending = Job.objects.filter(notify_pending=True, finished_at__lt=settled).values_list(
+        "id", "status", "owner_id", "finished_at")
+    scheduler = dispatcher.scheduler(Lane.IO_NOTIFY)
     submitted = 0
     for rows in passes.pages("job_notifications_reconcile", pending):  # bounded pages (project/passes.py)
-        known = dispatcher.scheduler(Lane.IO_NOTIFY).known_many([_job_finished_task_id(i, s) for i, s, _ in rows])
-        lost = [row for row, state in zip(rows, known) if state is None]
-        plans = plans_for({owner_id for _, _, owner_id in lost})
-        submitted += sum(job_finished_notify(job_id=i, owner_id=o, status=s, plans=plans) for i, s, o in lost)
+        # A canceled job's ending is owed by its own task (job_finish's) or its group's (a cancel's).
+        known = scheduler.known_many([_job_finished_task_id(i, s) for i, s, _, _ in rows]
+                                     + [_canceled_task_id(o, f) for _, _, o, f in rows])
+        lost = [row for row, mine, group in zip(rows, known, known[len(rows):]) if mine is None and group is None]
+        plans = plans_for({owner_id for _, _, owner_id, _ in lost})
+        groups = {(o, f) for _, s, o, f in lost if s == Job.Status.CANCELED}
+        submitted += sum(job_finished_notify(job_id=i, owner_id=o, status=s, plans=plans)
+                         for i, s, o, _ in lost if s != Job.Status.CANCELED)
+        submitted += dispatcher.enqueue_many([_canceled_submission(o, f, plans) for o, f in sorted(groups)])
     return submitted
 
 
@@ -374,8 +433,9 @@ def batch_summary_publish(*, batch, owner: AbstractBaseUser) -> Event | None:
     batch's page, where every file is. The check for unfinished jobs comes
     first and is one indexed EXISTS, since every job's task asks it."""
     jobs = Job.objects.filter(upload__batch=batch)
-    if jobs.exclude(status__in=TERMINAL_JOB_STATUSES).exists():
-        return None
+    key = f"batch.completed:{batch}"
+    if jobs.exclude(status__in=TERMINAL_JOB_STATUSES).exists() or Event.objects.filter(key=key).exists():
+        return None  # not ended yet, or told already: before the counts, which read the whole batch
     counts = {row["status"]: row["n"] for row in jobs.values("status").annotate(n=Count("id")).order_by("status")}
     if not counts:
         return None
@@ -388,7 +448,7 @@ def batch_summary_publish(*, batch, owner: AbstractBaseUser) -> Event | None:
         "failures_not_listed": counts.get(Job.Status.FAILED, 0) - len(failed),
         "results_url": _results_url(reverse("batch-page", args=[batch])),
     }}
-    return event_publish(owner=owner, event_type=EventType.BATCH_COMPLETED, key=f"batch.completed:{batch}",
+    return event_publish(owner=owner, event_type=EventType.BATCH_COMPLETED, key=key,
                          data=data, batch=batch, always=True)
 
 

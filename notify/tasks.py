@@ -11,6 +11,11 @@ def job_finished(job_id: str, status: str) -> None:
     services.job_event_process(job_id=job_id, status=status)
 
 
+@shared_task(name="notify.jobs_canceled", ignore_result=True)
+def jobs_canceled(owner_id: int, finished_at: str) -> int:
+    return services.jobs_canceled_process(owner_id=owner_id, finished_at=finished_at)
+
+
 @shared_task(name="notify.job_playable", ignore_result=True)
 def job_playable(job_id: str) -> None:
     services.job_playable_process(job_id=job_id)

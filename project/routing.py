@@ -18,6 +18,7 @@ TASK_LANES: dict[str, Lane] = {
     "transcoding.job_run": Lane.CPU_TRANSCODE,
     "exports.job_run": Lane.CPU_TRANSCODE,
     "notify.job_finished": Lane.IO_NOTIFY,
+    "notify.jobs_canceled": Lane.IO_NOTIFY,
     "notify.job_playable": Lane.IO_NOTIFY,
     "notify.deliver": Lane.IO_NOTIFY,
     "project.fair_reconcile": Lane.IO_NOTIFY,

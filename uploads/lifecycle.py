@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Generic, TypeVar
 
 from django.dispatch import Signal
@@ -109,6 +110,9 @@ class JobFinished:
     job_id: str
     owner_id: int
     status: str  # a terminal Job.Status
+    # When it ended, where the sender has it: the jobs a cancel ends
+    # together share it, and notify announces them as one group by it.
+    finished_at: datetime | None = None
 
 
 @dataclass(frozen=True)

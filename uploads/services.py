@@ -529,7 +529,8 @@ def _waiting_cancel(jobs: list[Job], message: str) -> list[Job]:
             metrics.observe_job(lane=job.lane, kind=job.kind, outcome=Job.Status.CANCELED,
                                 wait_s=None if job.wait_ms is None else job.wait_ms / 1000, process_s=None)
         lifecycle.job_finished.send_many([lifecycle.JobFinished(job_id=str(job.id), owner_id=job.owner_id,
-                                                                status=Job.Status.CANCELED) for job in jobs])
+                                                                status=Job.Status.CANCELED, finished_at=now)
+                                          for job in jobs])
 
     dispatcher.after_commit(announce)
     return list(jobs)

@@ -4,6 +4,7 @@ failed files up to the limit and how many more, one link to the batch's
 page; short whatever the batch's size."""
 from __future__ import annotations
 
+import datetime
 import re
 import uuid
 from email import message_from_bytes, policy
@@ -76,3 +77,72 @@ def test_a_2000_file_batch_summary_lists_the_failures_up_to_the_limit_and_links_
     assert re.findall(r"https://\S+", text) == [batch_url, "https://fairlane.example/notifications/"]
     assert re.findall(r'href="([^"]+)"', html) == [batch_url, "https://fairlane.example/notifications/"]
     assert len(text.splitlines()) < 40
+
+
+def _canceled_together(owner, count: int, *, at) -> list[Job]:
+    """`count` jobs of one batch that one cancel ended at `at`, their ending still owed."""
+    batch = Batch.objects.create(owner=owner)
+    uploads = Upload.objects.bulk_create(Upload(owner=owner, batch=batch.id, filename=f"f{i}.png", file="x", size=1)
+                                         for i in range(count))
+    return Job.objects.bulk_create(
+        Job(upload=u, owner=owner, lane="cpu-transcode", status="canceled", finished_at=at, notify_pending=True,
+            task_id=str(uuid.uuid4()), error_code="canceled", error_message="Canceled.") for u in uploads)
+
+
+def test_jobs_canceled_together_are_told_in_statements_that_do_not_grow_with_their_number(make_user):
+    """Issue 32: a hostile user's 5,000-job cancel was 5,000 notify tasks,
+    each asking for the batch's summary and, the batch being complete,
+    counting all 5,000 jobs again: a minute of the notify worker and the
+    database on both cores of the host every light user shares. The jobs a
+    cancel ends together are one task, in the same statements for 3 jobs
+    as for 300, one summary per batch, every outbox flag cleared; told
+    twice, the second finds nothing owed."""
+    from notify.models import Event
+
+    at = timezone.now()
+    costs = {}
+    for name, count in (("small", 3), ("large", 300)):
+        owner = make_user(name)
+        jobs = _canceled_together(owner, count, at=at)
+        with CaptureQueriesContext(connection) as queries:
+            assert services.jobs_canceled_process(owner_id=owner.id, finished_at=at.isoformat()) == count
+        costs[name] = len(queries)
+        [summary] = Event.objects.filter(owner=owner, type="batch.completed")
+        assert summary.payload["data"]["batch"]["counts"] == {"canceled": count}
+        assert not Job.objects.filter(id__in=[j.id for j in jobs], notify_pending=True).exists()
+        with CaptureQueriesContext(connection) as again:
+            assert services.jobs_canceled_process(owner_id=owner.id, finished_at=at) == 0
+        assert len(again) == 1 and Event.objects.filter(owner=owner).count() == 1
+    assert costs["large"] == costs["small"], costs
+
+
+def test_a_told_batch_summary_is_not_counted_again(make_user):
+    """Every job ending after its batch's summary was published (a cancel
+    ends them all at once) asks for it: the published key is checked before
+    the counts, which read the whole batch."""
+    owner = make_user("alice")
+    jobs = _canceled_together(owner, 50, at=timezone.now())
+    assert services.batch_summary_publish(batch=jobs[0].upload.batch, owner=owner) is not None
+    with CaptureQueriesContext(connection) as queries:
+        assert services.batch_summary_publish(batch=jobs[0].upload.batch, owner=owner) is None
+    assert len(queries) == 2, [q["sql"] for q in queries]
+
+
+def test_the_reconciler_owes_a_lost_group_of_canceled_jobs_one_task(make_user, settings):
+    """The outbox of a cancel whose group task was lost (Redis down at its
+    commit) is found by the reconciler and submitted as the one group task
+    again, not as one task per job; a group whose task is held is left."""
+    import dispatcher
+    from project.lanes import Lane
+    from tests.workers import lane_paused
+
+    settings.FAIR_RECONCILE_MIN_AGE_S = 0
+    owner = make_user("alice")
+    at = timezone.now() - datetime.timedelta(seconds=5)
+    jobs = _canceled_together(owner, 20, at=at)
+    notify = dispatcher.scheduler(Lane.IO_NOTIFY)
+    with lane_paused("io-notify"):
+        assert services.job_notifications_reconcile() == 1
+        assert notify.known(services._canceled_task_id(owner.id, at)) is not None
+        assert not any(notify.known(f"notify-job-{j.id}-canceled") for j in jobs)
+        assert services.job_notifications_reconcile() == 0  # held: owed once

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 import dispatcher
 import media
+from notify import services as notify_services
 from project.lanes import Lane
 from uploads.models import Batch, Job, JobAttempt, Output, Upload
 
@@ -208,11 +209,11 @@ def _batch_cancel_cost(user, post_upload, act, count: int) -> tuple[int, list[Jo
 
 def test_a_batch_cancel_takes_the_same_statements_whatever_the_batch_s_size(make_user, post_upload, act):
     """Issue 32: a 5,000-job cancel must not hold a web thread for minutes.
-    The waiting jobs end in a few set-based statements, their owners' notify
-    tasks are submitted together and the dispatcher withdraws them in
-    pipelined rounds: 3 and 40 jobs cost the same number of statements, and
-    every job is canceled, withdrawn, announced once and has its open
-    attempt closed."""
+    The waiting jobs end in a few set-based statements, the dispatcher
+    withdraws them in pipelined rounds and their ending is owed to their
+    owner by one notify task (notify.jobs_canceled), not one each: 3 and 40
+    jobs cost the same number of statements, and every job is canceled,
+    withdrawn, announced once and has its open attempt closed."""
     from tests.workers import lane_paused
 
     small, _, _ = _batch_cancel_cost(make_user("small"), post_upload, act, 3)
@@ -220,13 +221,15 @@ def test_a_batch_cancel_takes_the_same_statements_whatever_the_batch_s_size(make
     with lane_paused("io-notify"):  # the owner's notify tasks stay where the cancel put them
         large, jobs, heard = _batch_cancel_cost(bob, post_upload, act, 40)
         notify = dispatcher.scheduler(Lane.IO_NOTIFY)
-        assert all(notify.known(f"notify-job-{j.id}-canceled") for j in jobs)
+        [at] = {j.finished_at for j in Job.objects.filter(id__in=[j.id for j in jobs])}
+        assert notify.known(notify_services._canceled_task_id(bob.id, at)) is not None
+        assert not any(notify.known(f"notify-job-{j.id}-canceled") for j in jobs)
     assert large == small
     assert set(Job.objects.filter(id__in=[j.id for j in jobs]).values_list("status", flat=True)) == {"canceled"}
     assert all(held(j) is None for j in jobs)
     [events] = heard  # one announcement of them all
     assert sorted(e.job_id for e in events) == sorted(str(j.id) for j in jobs)
-    assert {(e.owner_id, e.status) for e in events} == {(bob.id, "canceled")}
+    assert {(e.owner_id, e.status, e.finished_at) for e in events} == {(bob.id, "canceled", at)}
     assert Job.objects.filter(id__in=[j.id for j in jobs], notify_pending=True).count() == 40  # the outbox
     assert JobAttempt.objects.filter(job__in=jobs).count() == 0
 
