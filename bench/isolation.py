@@ -25,7 +25,9 @@ production), all started here and stopped at the end.
      at a trickle.
    The hostile clients run niced in a process of their own: they stand for
    other machines. Quiet and hostile phases alternate (a, b, a, b) so the
-   machine's drift falls on both.
+   machine's drift falls on both; a quiet phase after a hostile one starts
+   once the system is idle again (`_settle`), so that what the hostile
+   user left running is not counted as quiet.
 2. A batch poll's Redis CPU (the sum of INFO commandstats' usec over a
    round of polls, divided by the polls; the median of three rounds, after
    a round not measured) with 10, 1,000, 10,000 and 100,000 users holding
@@ -731,6 +733,26 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def _settle(system: System, *, idle_cores: float = 0.25, window_s: float = 3.0, limit_s: float = 300.0) -> float:
+    """Wait until the system is idle again: all its parts together under
+    `idle_cores` for two windows in a row (the hostile user's leftovers,
+    its canceled batch and its deliveries, ran on into the next quiet phase
+    and made that baseline slow). Returns the seconds it took; gives up at
+    `limit_s`, saying so."""
+    start, calm = time.monotonic(), 0
+    before, t0 = system.cpu_s(), time.monotonic()
+    while calm < 2:
+        if time.monotonic() - start > limit_s:
+            print(f"not idle after {limit_s:.0f} s: the next phase starts anyway", flush=True)
+            break
+        time.sleep(window_s)
+        after, t1 = system.cpu_s(), time.monotonic()
+        busy = sum(after[name] - before.get(name, 0.0) for name in after) / (t1 - t0)
+        calm = calm + 1 if busy < idle_cores else 0
+        before, t0 = after, t1
+    return round(time.monotonic() - start, 1)
+
+
 def _sample_cpu(system: System, timeline: list[dict], stop: threading.Event, every_s: float = 5.0) -> None:
     """Each part's CPU (cores) over every `every_s` until `stop`, with the
     interval's end (epoch), to set beside the light uploads' `t0`."""
@@ -764,6 +786,7 @@ def main() -> None:
         phases: dict[str, list[dict]] = {"quiet": [], "hostile": []}
         cpu: dict[str, dict[str, float]] = {"quiet": Counter(), "hostile": Counter()}
         wall: Counter = Counter()
+        settled: dict[str, float] = {}
         attacker = Hostile(system, hostile, tiny)
         if CYCLES:
             attacker.prepare()
@@ -785,7 +808,7 @@ def main() -> None:
                     cpu[phase][name] += after[name] - before.get(name, 0.0)
                 if phase == "hostile":
                     attacker.finish()
-                    time.sleep(5)
+                    settled[f"after hostile {cycle + 1}"] = _settle(system)
                 steps = {step: statistics.median(s[step] for s in phases[phase] if s[step] is not None)
                          for step in ("upload_s", "wait_s", "process_s")}
                 print(f"{phase} {cycle + 1}: p50 {statistics.median(s['seconds'] for s in phases[phase]):.2f} s, "
@@ -808,7 +831,7 @@ def main() -> None:
             "hostile_cancel_s": {"n": len(attacker.cancel_s), "median": statistics.median(attacker.cancel_s or [0])},
             "hostile_retry_s": {"n": len(attacker.retry_s), "median": statistics.median(attacker.retry_s or [0])},
             "receiver_requests": system.receiver.count,
-            "cpu_timeline": timeline,
+            "cpu_timeline": timeline, "settled_s": settled,
         }
         system.stop_workers()
         # The poller has a batch that waits (no worker takes it): its poll asks for an estimate.
@@ -820,10 +843,15 @@ def main() -> None:
               f"{cancel['before_lrem_redis_cpu_s']:.2f} s); by command (us): {cancel['redis_usec_by_command']}; "
               f"FCALL by function (us): {cancel['fcall_usec_by_function']}",
               flush=True)
-    finally:
+    except BaseException:
         if system is not None:
             system.close()
-        shutil.rmtree(work, ignore_errors=True)
+        print(f"failed: the system's logs are kept in {work / 'logs'}", flush=True)
+        for data in ("s3", "redis", "var"):  # not the logs: the data is what is big
+            shutil.rmtree(work / data, ignore_errors=True)
+        raise
+    system.close()
+    shutil.rmtree(work, ignore_errors=True)
     report(light_result, polls, cancel)
 
 
