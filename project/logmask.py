@@ -16,6 +16,7 @@ import re
 # The token is one path segment after /o/ (Django's signing alphabet: URL-safe
 # base64, ':' and '.'; percent-encoded by some clients), then the file's path.
 _SIGNED_LINK = re.compile(r"/o/[^/\s\"'?#]+/")
+LINK_MARK = "/o/"  # in every text _SIGNED_LINK matches
 MASK = "/o/[redacted]/"
 
 

@@ -115,7 +115,8 @@ LOGGING = {
     "filters": {"context": {"()": "project.logcontext.ContextFilter"},
                 # Signed output links are credentials: masked in every line (project/logmask.py).
                 "mask_links": {"()": "project.logmask.MaskSignedLinks"},
-                "flower_unanswered": {"()": "project.loglevels.FlowerUnanswered"}},
+                "flower_unanswered": {"()": "project.loglevels.FlowerUnanswered"},
+                "rate_refusals": {"()": "project.loglevels.RateRefusals"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s %(ctx)s"},
         "json": {
@@ -133,5 +134,6 @@ LOGGING = {
     # their records go to the root's handler instead.
     "loggers": {"django": {"handlers": [], "propagate": True},
                 "django.server": {"handlers": ["console"], "propagate": False},
+                "django.request": {"filters": ["rate_refusals"]},
                 "flower.inspector": {"filters": ["flower_unanswered"]}},
 }
