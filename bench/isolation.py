@@ -23,8 +23,9 @@ production), all started here and stopped at the end.
      after RECEIVER_DELAY_S;
    - slow uploads: SLOW_UPLOADS uploads sending their parts to the store
      at a trickle.
-   The hostile clients run niced in a process of their own: they stand for
-   other machines. Quiet and hostile phases alternate (a, b, a, b) so the
+   The hostile clients run niced (its pollers in a process of their own,
+   its other clients in threads niced each): they stand for other
+   machines. Quiet and hostile phases alternate (a, b, a, b) so the
    machine's drift falls on both; a quiet phase after a hostile one starts
    once the system is idle again (`_settle`), so that what the hostile
    user left running is not counted as quiet.
@@ -452,6 +453,13 @@ def _pollers_main(port: int, token: str, clients: int, stop, out) -> None:
     out.put(dict(statuses))
 
 
+def _niced() -> None:
+    """This thread (Linux schedules threads, and nice is each one's) at the
+    lowest priority: the hostile user's clients stand for other machines,
+    as its pollers' process does."""
+    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
 class Hostile:
     """The hostile user's load, started and stopped around a hostile phase."""
 
@@ -532,6 +540,7 @@ class Hostile:
             self.client.ok("DELETE", f"/api/webhooks/{endpoint}/")
 
     def _cancel_retry(self) -> None:
+        _niced()
         while not self.stop.is_set():
             for action, times in (("cancel", self.cancel_s), ("retry", self.retry_s)):
                 t0 = time.monotonic()
@@ -543,6 +552,7 @@ class Hostile:
 
     def _slow_upload(self, i: int) -> None:
         """Parts of 1 MB at 1 KB per 50 ms (~20 KB/s), given up once sent."""
+        _niced()
         body = random.Random(i).randbytes(1024 * 1024)
         while not self.stop.is_set():
             status, answer = self.client.call("POST", "/api/uploads/direct/", {"files": [
