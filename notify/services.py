@@ -130,14 +130,16 @@ def jobs_finished_receive(events: list[JobFinished]) -> None:
     for the same summary took the notify worker and the database a minute
     of two cores (bench/isolation.py's CPU timeline)."""
     ended = [e for e in events if e.status in TERMINAL_JOB_STATUSES]
-    groups = {(e.owner_id, e.finished_at) for e in ended if e.status == "canceled" and e.finished_at is not None}
+    together, alone = [], []
+    for e in ended:
+        (together if e.status == Job.Status.CANCELED and e.finished_at is not None else alone).append(e)
     plans = plans_for({e.owner_id for e in ended})
     dispatcher.enqueue_many([
         dispatcher.Submission(TASK_JOB_FINISHED, [str(e.job_id), e.status],
                               task_id=_job_finished_task_id(e.job_id, e.status), fair_key=str(e.owner_id),
                               cost=NOTIFY_COST_S, policy=plans.get(e.owner_id))
-        for e in ended if (e.owner_id, e.finished_at) not in groups
-    ] + [_canceled_submission(owner_id, finished_at, plans) for owner_id, finished_at in sorted(groups)])
+        for e in alone
+    ] + [_canceled_submission(o, f, plans) for o, f in sorted({(e.owner_id, e.finished_at) for e in together})])
 
 
 def _canceled_task_id(owner_id: int, finished_at: datetime) -> str:
@@ -225,6 +227,10 @@ def _targets(*, owner: AbstractBaseUser, event_type: str) -> list[Delivery]:
     return targets
 
 
+# Tries at publishing one event while its owner deletes endpoints.
+_PUBLISH_TRIES = 3
+
+
 def event_publish(*, owner: AbstractBaseUser, event_type: str, key: str, data: dict, job_id=None,
                   batch=None, always: bool = False) -> Event | None:
     """Record an event once per `key` and deliver it to every chosen target.
@@ -256,9 +262,6 @@ def event_publish(*, owner: AbstractBaseUser, event_type: str, key: str, data: d
                 raise
     return None
 
-
-# Tries at publishing one event while its owner deletes endpoints.
-_PUBLISH_TRIES = 3
 
 
 def _job_finished_task_id(job_id, status: str) -> str:
@@ -423,9 +426,11 @@ def job_notifications_reconcile() -> int:
     submitted = 0
     for rows in passes.pages("job_notifications_reconcile", pending):  # bounded pages (project/passes.py)
         # A canceled job's ending is owed by its own task (job_finish's) or its group's (a cancel's).
-        known = scheduler.known_many([_job_finished_task_id(i, s) for i, s, _, _ in rows]
-                                     + [_canceled_task_id(o, f) for _, _, o, f in rows])
-        lost = [row for row, mine, group in zip(rows, known, known[len(rows):]) if mine is None and group is None]
+        groups = sorted({_canceled_task_id(o, f) for _, s, o, f in rows if s == Job.Status.CANCELED})
+        known = scheduler.known_many([_job_finished_task_id(i, s) for i, s, _, _ in rows] + groups)
+        held_groups = {g for g, state in zip(groups, known[len(rows):]) if state is not None}
+        lost = [row for row, mine in zip(rows, known) if mine is None and _canceled_task_id(row[2], row[3])
+                not in held_groups]
         plans = plans_for({owner_id for _, _, owner_id, _ in lost})
         groups = {(o, f) for _, s, o, f in lost if s == Job.Status.CANCELED}
         submitted += sum(job_finished_notify(job_id=i, owner_id=o, status=s, plans=plans)
