@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-properties install bench-fairness bench-handover bench-redis-cost bench-media bench-notify bench-storage bench-scale bench-chunks bench-upload bench-isolation bench-estimates clean stop
+.PHONY: run test test-fast test-properties install bench-fairness bench-handover bench-redis-cost bench-media bench-notify bench-storage bench-scale bench-chunks bench-upload bench-isolation bench-estimates bench-ttfp-large clean stop
 
 install: $(STAMP)
 
@@ -100,6 +100,18 @@ bench-isolation: install
 .PHONY: bench-ttfp
 bench-ttfp: install
 	$(BIN)/python -m bench.ttfp $(ARGS)
+
+# The same for a ~4 GiB 1080p upload written as a phone writes it (moov at
+# the end; 32 minutes), on object storage (a private SeaweedFS), sent
+# straight into the store as the upload page sends it. The source is made
+# once (bench/large_source.py, about a minute) and kept outside git in
+# var/bench-sources/; the job is canceled after its first frame (its
+# ladder would take hours). Needs ~15 GB free under /tmp.
+LARGE_SOURCE := var/bench-sources/large-4gib.mp4
+bench-ttfp-large: install
+	$(BIN)/python -m bench.large_source $(LARGE_SOURCE) --gib 4
+	$(BIN)/python -m bench.ttfp --storage s3 --source $(LARGE_SOURCE) --hosts 1 2 --flood 0 --fetch whole stream \
+		--no-full-ladder --results ttfp-large $(ARGS)
 
 # What copying a 1 and a 4 GiB input from object storage adds before a first frame
 .PHONY: bench-fetch-large

@@ -39,16 +39,18 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
 
 from media.owners import owner_alive, owner_tag, pid_alive
-from media.store import fetch, fetch_into, size, uses_object_storage
+from media.store import fetch, fetch_into, fetch_range, size, uses_object_storage
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,11 @@ STALE_PARTIAL_S = 3600
 # and boto3's temporary name beside it, `<entry>.part-<pid>.<8 hex>`.
 _PARTIAL = re.compile(r"^[0-9a-f]{64}\.part-(?P<pid>\d+)(?:-(?P<start>\d+)-[0-9a-f]+|\.[0-9a-fA-F]+)?$")
 _LOCK = re.compile(r"^[0-9a-f]{64}\.lock$")
+# A streamed fetch (Growing): ranges of this size, this many at once, and
+# while paced at most this far past the furthest byte a reader waited for.
+RANGE_BYTES = 8 * 1024 * 1024
+RANGES_IN_FLIGHT = 8
+PACED_AHEAD = 128 * 1024 * 1024
 
 
 def _root() -> Path:
@@ -137,6 +144,202 @@ def fetch_input(key: str, dest: Path) -> bool:
     if fetched:
         _evict(keep=entry)
     return fetched
+
+
+class Growing:
+    """An input on its way into this host's cache, readable while it
+    arrives: the parts already written are known, and a reader waits for
+    the bytes it needs. A video's first chunk is encoded from it while the
+    rest of a large source is still being fetched (transcoding/streamed.py).
+
+    The file is the cache's partial file, at the object's full size from the
+    start (what has not arrived reads as zeros, so a reader must `wait`);
+    once whole it becomes the cache's entry, as `fetch_input` leaves it, and
+    every other attempt on this host links it from there. The entry's lock
+    is held from the first byte until then: another slot asking for the key
+    waits for this fetch instead of starting its own."""
+
+    def __init__(self, key: str, size: int, *, niceness: int = 0) -> None:
+        self.key, self.size, self._niceness = key, size, niceness
+        self._cond = threading.Condition()
+        self._have: list[tuple[int, int]] = []  # merged [start, end) ranges written
+        self._error: BaseException | None = None
+        self._done = False
+        self._paced = True
+        self._furthest = 0  # the furthest byte a reader has waited for
+        self.path = _entry(key)
+
+    # -- readers ---------------------------------------------------------------------------
+
+    def _covered(self, start: int, end: int) -> bool:
+        end = min(end, self.size)
+        return self._done or start >= end or any(a <= start and end <= b for a, b in self._have)
+
+    def wait(self, start: int, end: int, *, stop: threading.Event | None = None, lead: bool = True) -> None:
+        """Return once bytes [start, end) are in the file; raise what the
+        fetch failed with, or Stopped when `stop` is set first. A reader
+        that does not `lead` never moves the paced fetch along (see
+        `release`): it reads what the leading readers had fetched."""
+        with self._cond:
+            if lead and end > self._furthest:
+                self._furthest = end
+                self._cond.notify_all()  # the fetch may go further now
+            while not self._covered(start, end):
+                if self._error is not None:
+                    raise self._error
+                if stop is not None and stop.is_set():
+                    raise Stopped(self.key)
+                self._cond.wait(0.25)
+
+    def wait_from(self, start: int, *, stop: threading.Event | None = None, lead: bool = True) -> int:
+        """Wait for the byte at `start`; return where the bytes that have
+        arrived from there end (at most the file's size)."""
+        self.wait(start, start + 1, stop=stop, lead=lead)
+        with self._cond:
+            if self._done:
+                return self.size
+            return next(min(b, self.size) for a, b in self._have if a <= start < b)
+
+    def wait_all(self) -> None:
+        """Fetch the rest at full speed; return once it is the cache's entry."""
+        self.release()
+        with self._cond:
+            while not self._done:
+                if self._error is not None:
+                    raise self._error
+                self._cond.wait(0.25)
+
+    def release(self) -> None:
+        """Fetch the rest at full speed from now on. Until then the fetch
+        keeps within PACED_AHEAD of its furthest reader: a video's first
+        frames are encoded from the head of a source while the rest is on
+        its way, and moving gigabytes meanwhile (the download's threads, the
+        store's, the kernel's writeback) took the cores the encoder needed.
+        Whoever started the fetch releases it, whatever happens."""
+        with self._cond:
+            self._paced = False
+            self._cond.notify_all()
+
+    @property
+    def done(self) -> bool:
+        with self._cond:
+            return self._done
+
+    def open(self) -> int:
+        """A read-only descriptor of the file, valid whatever it is renamed to."""
+        with self._cond:
+            return os.open(self.path, os.O_RDONLY)
+
+    def link(self, dest: Path) -> None:
+        """A hard link to the file at `dest` (the attempt's scratch input)."""
+        with self._cond:
+            _link(self.path, dest)
+
+    # -- the fetch -------------------------------------------------------------------------
+
+    def _wrote(self, start: int, end: int) -> None:
+        with self._cond:
+            ranges = sorted([*self._have, (start, end)])
+            merged = [ranges[0]]
+            for a, b in ranges[1:]:
+                if a <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+                else:
+                    merged.append((a, b))
+            self._have = merged
+            self._cond.notify_all()
+
+    def _start(self, known: dict[int, bytes]) -> None:
+        entry = self.path
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(entry.with_suffix(".lock"), "a")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if entry.exists():  # fetched whole before us
+            os.utime(entry)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.close()
+            self._done = True
+            return
+        partial = entry.with_name(f"{entry.name}.part-{owner_tag()}-{uuid.uuid4().hex[:8]}")
+        fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.ftruncate(fd, self.size)
+        self.path = partial
+        for offset, data in known.items():
+            os.pwrite(fd, data, offset)
+            self._wrote(offset, offset + len(data))
+        threading.Thread(target=self._fetch, args=(fd, lock, partial, entry), name=f"fetch-{entry.name[:8]}",
+                         daemon=True).start()
+
+    def _fetch(self, fd: int, lock, partial: Path, entry: Path) -> None:
+        if self._niceness:  # this thread's own (Linux), inherited by the range threads it starts
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + self._niceness))
+        try:
+            _evict(keep=entry)
+            self._download(fd)
+            os.fchmod(fd, 0o444)
+            with self._cond:
+                os.replace(partial, entry)
+                self.path, self._done = entry, True
+                self._cond.notify_all()
+        except BaseException as exc:
+            log.warning("input cache: streamed fetch of %s failed: %s", entry.name, exc)
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+            partial.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.close()
+        if self._error is None:
+            _evict(keep=entry)
+
+    def _download(self, fd: int) -> None:
+        """Every range not yet here, in order, RANGES_IN_FLIGHT at a time,
+        paced (see `release`); the first failure stops it."""
+        def write(offset: int, data: bytes) -> None:
+            view = memoryview(data)
+            while view:
+                written = os.pwrite(fd, view, offset)
+                self._wrote(offset, offset + written)
+                view, offset = view[written:], offset + written
+
+        def fetch(start: int, end: int) -> None:
+            if not self._covered(start, end):
+                fetch_range(self.key, start, end, write)
+
+        with ThreadPoolExecutor(RANGES_IN_FLIGHT, thread_name_prefix="fetch-range") as pool:
+            running: set = set()
+            for start in range(0, self.size, RANGE_BYTES):
+                with self._cond:
+                    while self._paced and start >= self._furthest + PACED_AHEAD:
+                        self._cond.wait(0.25)
+                while len(running) >= RANGES_IN_FLIGHT:
+                    finished, running = wait(running, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        future.result()  # the first failure ends the fetch
+                running.add(pool.submit(fetch, start, min(start + RANGE_BYTES, self.size)))
+            for future in running:
+                future.result()
+
+
+class Stopped(Exception):
+    """A reader of a Growing input stopped waiting (its consumer ended)."""
+
+
+def stream_input(key: str, size: int, known: dict[int, bytes], *, niceness: int = 0) -> Growing | None:
+    """Start fetching `key` (`size` bytes) into this host's cache, readable
+    as it arrives; `known`: bytes already read (offset: data), written
+    first, so that a container's header is there at once; `niceness`: how
+    much nicer than its caller the fetch runs (it must not take the cores
+    from what reads it). None when there is no cache (media on local disk
+    is whole already)."""
+    if not _enabled():
+        return None
+    growing = Growing(key, size, niceness=niceness)
+    growing._start(known)
+    return growing
 
 
 def keep(key: str, local: Path) -> None:

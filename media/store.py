@@ -20,7 +20,7 @@ import logging
 import mimetypes
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -265,6 +265,52 @@ def fetch_into(key: str, fh: BinaryIO) -> None:
         return
     with open(_local_path(key), "rb") as src:
         shutil.copyfileobj(src, fh)
+
+
+@store_call
+def read_range(key: str, start: int, length: int) -> bytes:
+    """`length` bytes of an object from `start` (fewer at its end): a
+    container's header, read before deciding how to fetch the rest."""
+    if length <= 0:
+        return b""
+    if uses_object_storage():
+        body = _client().get_object(Bucket=_bucket(), Key=key, Range=f"bytes={start}-{start + length - 1}")["Body"]
+        try:
+            return body.read()
+        finally:
+            body.close()
+    with open(_local_path(key), "rb") as fh:
+        fh.seek(start)
+        return fh.read(length)
+
+
+# Tries of one range of a streamed fetch whose answer broke off mid-body
+# (botocore retries a request that failed before its body, not this).
+RANGE_TRIES = 3
+
+
+@store_call
+def fetch_range(key: str, start: int, end: int, write: Callable[[int, bytes], None]) -> None:
+    """Bytes [start, end) of an object, handed to `write(offset, data)` a
+    piece at a time as they arrive (media/input_cache.Growing: a file that
+    readers use while the rest is on its way). An answer that breaks off is
+    asked again from where it stopped."""
+    from s3transfer.utils import S3_RETRYABLE_DOWNLOAD_ERRORS
+
+    at = start
+    for _ in range(RANGE_TRIES):
+        body = _client().get_object(Bucket=_bucket(), Key=key, Range=f"bytes={at}-{end - 1}")["Body"]
+        try:
+            for piece in body.iter_chunks(256 * 1024):
+                write(at, piece)
+                at += len(piece)
+        except S3_RETRYABLE_DOWNLOAD_ERRORS:
+            pass
+        finally:
+            body.close()
+        if at >= end:
+            return
+    raise StorageUnavailable(f"object storage broke off a download {RANGE_TRIES} times")
 
 
 @store_call

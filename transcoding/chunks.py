@@ -53,6 +53,9 @@ from transcoding.produced import Produced, kbps
 TIMELINE_OFFSET_S = 1.0
 AUDIO_GROUP = "audio"
 TS_PACKET = 188
+# How much nicer than the first chunk's video the sound's ffmpeg runs when
+# both read a source still arriving (transcoding/streamed.py).
+STREAMED_SOUND_NICENESS = 10
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,8 @@ def plan_for(probe: Probe) -> ChunkPlan:
         sound_in_first_chunk=probe.audio_index is not None)
 
 
-def chunk_args(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, index: int, *, threads: int) -> list[str]:
+def chunk_args(src: Path | None, workdir: Path, probe: Probe, plan: ChunkPlan, index: int, *,
+               threads: int) -> list[str]:
     """One chunk, every rendition, video only, into workdir/hls/<rendition>/;
     the first chunk also makes the poster."""
     first, count = plan.chunks[index]
@@ -156,7 +160,13 @@ def chunk_args(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, index: i
     # Read a little past the chunk's end (the fps filter needs the next frame
     # to place the last one); -frames:v cuts at exactly the chunk's frames.
     window = [] if last else ["-t", f"{(frames + 2) / plan.fps:.6f}"]
-    args = ["-y", "-threads", t, "-ss", f"{start:.6f}", *window, *ffmpeg.input_args(src, probe.container),
+    # A piped source (the first chunk of one still arriving) starts at 0 and
+    # cannot seek: ffmpeg's seek to 0 after its stream analysis would go back
+    # over the megabytes that analysis read, which a pipe cannot give again.
+    if src is None and start != 0:
+        raise ValueError("only a chunk that starts at 0 can read a piped source")
+    seek = [] if src is None else ["-ss", f"{start:.6f}"]
+    args = ["-y", "-threads", t, *seek, *window, *ffmpeg.input_args(src, probe.container),
             "-filter_complex", ";".join(graph), "-filter_complex_threads", t,
             *ladder.rendition_maps(renditions, has_audio=False), *([] if last else ["-frames:v", str(frames)]),
             *ladder.video_encoder(plan.fps, plan.segment_duration_s, head=head), "-threads", t, *ffmpeg.NO_METADATA,
@@ -169,7 +179,7 @@ def chunk_args(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, index: i
     return args
 
 
-def audio_args(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, *, threads: int) -> list[str]:
+def audio_args(src: Path | None, workdir: Path, probe: Probe, plan: ChunkPlan, *, threads: int) -> list[str]:
     """The whole file's audio as one HLS rendition in workdir/hls/audio/."""
     return ["-y", "-threads", str(threads), *ffmpeg.input_args(src, probe.container),
             "-map", f"0:a:{probe.audio_index or 0}", "-af", f"aresample={plan.audio_sample_rate}:async=1",
@@ -180,13 +190,16 @@ def audio_args(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, *, threa
             str(workdir / "hls" / AUDIO_GROUP / "index.m3u8")]
 
 
-def encode_chunk(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, index: int, on_progress, *,
-                 sink: live.Sink | None = None) -> list[Produced]:
+def encode_chunk(src: Path | None, workdir: Path, probe: Probe, plan: ChunkPlan, index: int, on_progress, *,
+                 sink: live.Sink | None = None, feed=None, sound_feed=None) -> list[Produced]:
     """One chunk's segments of every rendition, stored as they are written
     when there is a `sink` (transcoding/live.py); the first chunk also
     makes the poster and, in a plan that says so, the whole file's sound
     (a second ffmpeg beside the chunk's: the job is playable once both
-    have a segment stored)."""
+    have a segment stored). With `feed` (ffmpeg.run's) instead of `src`,
+    the chunk's ffmpeg reads the source from a pipe that `feed` writes, and
+    the sound's from one that `sound_feed` writes (transcoding/streamed.py):
+    the first chunk of a source still arriving."""
     duration = plan.chunk_duration_s(index)
     sound = index == 0 and plan.sound_in_first_chunk and plan.has_audio
     (workdir / "hls" / (AUDIO_GROUP if sound else "")).mkdir(parents=True)  # no muxer makes a folder without %v
@@ -197,9 +210,10 @@ def encode_chunk(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, index:
     with live.streaming(sink, workdir, tracks, info=info, needs=tuple(tracks) if index == 0 else ()):
         if sound:
             _run_beside_sound(args, audio_args(src, workdir, probe, plan, threads=settings.FAIRLANE_FFMPEG_THREADS),
-                              duration_s=duration, sound_s=probe.duration_s, on_progress=on_progress, sink=sink)
+                              duration_s=duration, sound_s=probe.duration_s, on_progress=on_progress, sink=sink,
+                              feed=feed, sound_feed=sound_feed or feed)
         else:
-            ffmpeg.run(args, duration_s=duration, on_progress=on_progress, on_tick=sink and sink.flush)
+            ffmpeg.run(args, duration_s=duration, on_progress=on_progress, on_tick=sink and sink.flush, feed=feed)
     first, count = plan.chunks[index]
     for r in plan.renditions:
         made = sorted((workdir / "hls" / r["name"]).glob("seg_*.ts"))
@@ -215,7 +229,7 @@ def encode_chunk(src: Path, workdir: Path, probe: Probe, plan: ChunkPlan, index:
 
 
 def _run_beside_sound(args: list[str], sound_args: list[str], *, duration_s: float, sound_s: float, on_progress,
-                      sink: live.Sink | None) -> None:
+                      sink: live.Sink | None, feed=None, sound_feed=None) -> None:
     """The chunk's ffmpeg here, the sound's in a thread beside it (each
     ffmpeg dies with the thread that waits for it); whichever fails stops
     the other. Progress is the chunk's; the sink is flushed from this
@@ -228,14 +242,18 @@ def _run_beside_sound(args: list[str], sound_args: list[str], *, duration_s: flo
 
     def sound() -> None:
         try:
-            ffmpeg.run(sound_args, duration_s=sound_s, on_tick=stop_check)
+            # Fed from a source still arriving, the sound follows the fetch
+            # to the end of the file: it yields the cores to the chunk's
+            # first frames (its own first segment needs next to nothing).
+            ffmpeg.run(sound_args, duration_s=sound_s, on_tick=stop_check, feed=sound_feed,
+                       niceness=STREAMED_SOUND_NICENESS if sound_feed else 0)
         except BaseException as exc:  # handed to the chunk's thread, which raises it
             failed.append(exc)
 
     thread = threading.Thread(target=sound, name="chunk-sound", daemon=True)
     thread.start()
     try:
-        ffmpeg.run(args, duration_s=duration_s, on_progress=on_progress, on_tick=sink and sink.flush)
+        ffmpeg.run(args, duration_s=duration_s, on_progress=on_progress, on_tick=sink and sink.flush, feed=feed)
         while thread.is_alive():
             thread.join(ffmpeg.TICK_S)
             if sink is not None:

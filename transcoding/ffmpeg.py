@@ -47,7 +47,7 @@ def timeout_for(duration_s: float) -> float:
     return max(60.0, duration_s * 10.0)
 
 
-def _limits(cpu_seconds: int) -> Callable[[], None]:
+def _limits(cpu_seconds: int, niceness: int = 0) -> Callable[[], None]:
     """The child's set-up between fork and exec. `run` waits for ffmpeg in
     the thread that starts it, which is what the parent-death signal watches."""
     parent = os.getpid()
@@ -56,6 +56,7 @@ def _limits(cpu_seconds: int) -> Callable[[], None]:
     def apply() -> None:
         limits.die_with_parent(parent)
         limits.set_limits(address_space_bytes=address_space, cpu_seconds=cpu_seconds)
+        limits.lower_priority(niceness)
 
     return apply
 
@@ -78,14 +79,17 @@ _LOG_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)+")
 NO_METADATA = ["-map_metadata", "-1", "-map_chapters", "-1"]
 
 
-def input_args(src: Path, container: str) -> list[str]:
+def input_args(src: Path | None, container: str) -> list[str]:
     """The demuxer the probe accepted, forced, with its reference-following
     options off; only local-file access, no other demuxer even for what the
     input opens itself (nested inputs inherit the lists), and only allowed
-    decoders, for the streams used and the ones merely looked at."""
-    whitelists = [arg for key, value in open_options().items() for arg in (f"-{key}", value)]
+    decoders, for the streams used and the ones merely looked at. `src`
+    None: ffmpeg's standard input, which `run` feeds (transcoding/streamed.py),
+    and then no file at all."""
+    options = open_options() | ({"protocol_whitelist": "pipe"} if src is None else {})
+    whitelists = [arg for key, value in options.items() for arg in (f"-{key}", value)]
     pinned = [arg for key, value in DEMUXER_OPTIONS.get(container, {}).items() for arg in (f"-{key}", value)]
-    return [*whitelists, *pinned, "-f", container, "-i", str(src)]
+    return [*whitelists, *pinned, "-f", container, "-i", "pipe:0" if src is None else str(src)]
 
 
 def run(
@@ -95,10 +99,18 @@ def run(
     on_progress: Callable[[int], None] | None = None,
     timeout_s: float | None = None,
     on_tick: Callable[[], None] | None = None,
+    feed: Callable[[int, threading.Event], bool | None] | None = None,
+    niceness: int = 0,
 ) -> None:
     """Run `ffmpeg <args>`; raise MediaError with ffmpeg's last words on
     failure. `on_tick` is called every TICK_S while it runs; like
-    `on_progress`, it stops ffmpeg by raising."""
+    `on_progress`, it stops ffmpeg by raising. `feed(fd, stop)` writes
+    ffmpeg's standard input from a thread of its own (an input given as
+    None to input_args), returning True when `stop` ended its wait for the
+    input's bytes; what it raises is raised here, before ffmpeg's own
+    error, which would only be the input's unexpected end, and a timeout
+    while it waited is InputStalled, not the file's fault. `niceness`:
+    ffmpeg and its feed run that much nicer (limits.lower_priority)."""
     timeout_s = timeout_s or timeout_for(duration_s)
     ticks = ["-stats_period", f"{TICK_S:g}"] if on_tick else []
     cmd = [FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "error", "-progress", "pipe:1", "-nostats", *ticks,
@@ -108,11 +120,12 @@ def run(
             cmd,
             stdout=subprocess.PIPE,
             stderr=errfile,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if feed else subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_limits(int(timeout_s * 2)),
+            preexec_fn=_limits(int(timeout_s * 2), niceness),
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
         )
+        feeding = _Feeding(proc, feed, niceness) if feed else None
         # A watchdog, not a check in the read loop: a stuck ffmpeg prints nothing.
         timed_out = threading.Event()
 
@@ -140,6 +153,12 @@ def run(
         finally:
             watchdog.cancel()
             _kill_group(proc)
+            if feeding is not None:
+                feeding.stop()
+        if feeding is not None and feeding.failed:
+            raise feeding.failed[0]
+        if timed_out.is_set() and feeding is not None and feeding.unfinished:
+            raise InputStalled(f"ffmpeg's input did not arrive within {int(timeout_s)} s")
         if timed_out.is_set():
             raise MediaError("timeout", f"Processing took longer than {int(timeout_s)} s and was stopped.")
         if proc.returncode != 0:
@@ -149,3 +168,37 @@ def run(
             if proc.returncode < 0:
                 raise MediaError("resource_limit", f"The decoder was stopped by a resource limit (signal {-proc.returncode}).")
             raise MediaError("decode_failed", f"The media could not be decoded: {last}")
+
+
+class InputStalled(OSError):
+    """ffmpeg ran out of time while its input was still being fed (a source
+    still arriving from the store): the store was slow, not the file bad.
+    An OSError, so the attempt is retried later as a transient error."""
+
+
+class _Feeding:
+    """The thread that writes a running ffmpeg's standard input."""
+
+    def __init__(self, proc: subprocess.Popen, feed: Callable[[int, threading.Event], bool | None],
+                 niceness: int) -> None:
+        self._proc, self._stop, self.failed = proc, threading.Event(), []
+        self.unfinished = False  # the feed stopped while it waited for its input's bytes
+        self._thread = threading.Thread(target=self._run, args=(feed, niceness), name="ffmpeg-feed", daemon=True)
+        self._thread.start()
+
+    def _run(self, feed: Callable[[int, threading.Event], bool | None], niceness: int) -> None:
+        assert self._proc.stdin is not None
+        limits.lower_priority(niceness)
+        try:
+            self.unfinished = bool(feed(self._proc.stdin.fileno(), self._stop))
+        except BaseException as exc:  # raised by run(), in the thread that waits for ffmpeg
+            self.failed.append(exc)
+        finally:
+            try:
+                self._proc.stdin.close()  # the end of the input
+            except BrokenPipeError:
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

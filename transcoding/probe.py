@@ -210,7 +210,21 @@ def probe_file(path: Path) -> Probe:
                        memory_bytes=settings.FAIRLANE_DECODE_MAX_BYTES)
 
 
-def _probe(path: Path, limits: Limits) -> Probe:
+def probe_header(path: Path) -> Probe | None:
+    """probe_file without the packet scan, for a QuickTime/MP4 file whose
+    moov box and first megabytes are in place while the rest is still being
+    fetched (transcoding/streamed.py): its packets' times and sizes are in
+    the moov's sample tables, so the frame count and the sound's bitrate
+    come from there, and nothing past the head is read. None when the file
+    is not one libavformat reads as mov (its header alone then says too
+    little). The scan's checks (truncated files, timestamps the packets do
+    not back) are then the parts' own: every other part of a split video
+    probes the whole file before it encodes."""
+    return sandbox.run(_probe, path, configured_limits(), True, timeout_s=PROBE_TIMEOUT_S,
+                       memory_bytes=settings.FAIRLANE_DECODE_MAX_BYTES)
+
+
+def _probe(path: Path, limits: Limits, header_only: bool = False) -> Probe | None:
     size = os.path.getsize(path)
     if size == 0:
         raise MediaError("empty_file", "The file is empty (0 bytes).")
@@ -223,7 +237,7 @@ def _probe(path: Path, limits: Limits) -> Probe:
     image = _probe_image(path, limits)
     if image is not None:
         return image
-    return _probe_av(path, limits)
+    return _probe_av(path, limits, header_only=header_only)
 
 
 def _probe_image(path: Path, limits: Limits) -> Probe | None:
@@ -300,7 +314,7 @@ def limits_check(probe: Probe, limits: Limits) -> None:
                                       f"(this one is {probe.width}x{probe.height}).")
 
 
-def _box_header(head: bytes, available: int) -> tuple[bytes, int, int]:
+def box_header(head: bytes, available: int) -> tuple[bytes, int, int]:
     """(type, header size, box size) of the ISO BMFF box starting `head`;
     a size of 0 means "to the end", 1 a 64-bit size after the type."""
     size, kind, header = int.from_bytes(head[:4], "big"), head[4:8], 8
@@ -315,7 +329,7 @@ def _mov_boxes(data: bytes) -> list[tuple[bytes, bytes]]:
     """(type, body) of each box in `data`, up to a malformed one."""
     boxes, offset = [], 0
     while offset + 8 <= len(data):
-        kind, header, size = _box_header(data[offset:offset + 16], len(data) - offset)
+        kind, header, size = box_header(data[offset:offset + 16], len(data) - offset)
         if size < header:
             break
         boxes.append((kind, data[offset + header:offset + size]))
@@ -330,7 +344,7 @@ def _mov_header(path: Path) -> bytes:
         end, offset = os.fstat(fh.fileno()).st_size, 0
         while offset + 8 <= end:
             fh.seek(offset)
-            kind, header, size = _box_header(fh.read(16), end - offset)
+            kind, header, size = box_header(fh.read(16), end - offset)
             if size < header:
                 break
             if kind == b"moov":
@@ -362,7 +376,7 @@ def _codec_allowed(stream_type: str, codec: str) -> bool:
     return codec in ALLOWED_AUDIO_CODECS or codec.startswith(ALLOWED_AUDIO_CODEC_PREFIXES)
 
 
-def _probe_av(path: Path, limits: Limits) -> Probe:
+def _probe_av(path: Path, limits: Limits, *, header_only: bool = False) -> Probe | None:
     try:
         container = av.open(str(path), options=_probe_options())
     except av.error.ArgumentError as exc:  # EINVAL: libavformat's "format not on whitelist"
@@ -402,29 +416,48 @@ def _probe_av(path: Path, limits: Limits) -> Probe:
         if video is not None:
             _describe_video(probe, video)
         limits_check(probe, limits)  # from the header, before reading packets or decoding
-        # How much of the timeline one packet may back, by stream.
-        holds = {s.index: MAX_FRAME_REPEAT / min(probe.frame_rate, MAX_OUTPUT_FPS) if s is video
-                 else MAX_AUDIO_PACKET_S for s in (video, audio) if s is not None}
-        contents = _scan_packets(container, holds, audio=audio)
-        probe.frames, played = contents.frames, contents.played_s
-        if contents.audio_s > 0:
-            probe.audio_kbps = round(contents.audio_bytes * 8 / contents.audio_s / 1000, 1)
-        if declared > 1.0 and played < TRUNCATED_BELOW * declared:
-            raise MediaError("truncated", f"The file is cut off: it declares {declared:.1f} s but holds "
-                                          f"only {played:.1f} s of media.")
-        if played - contents.backed_s > max(UNBACKED_SLACK_S, (1 - MIN_BACKED_SHARE) * played):
-            raise MediaError("sparse_media", f"The file's timestamps run to {played:.0f} s, but its frames and "
-                                             f"sound fill only {contents.backed_s:.1f} s of that; it is damaged "
-                                             f"or was made to look longer than it is.")
-        # A header may under-declare: the media present is what ffmpeg will
-        # decode, so it is what the duration limit and time limits go by.
-        probe.duration_s = max(declared, played)
-        limits_check(probe, limits)
+        if header_only:
+            if name != "mov":
+                return None
+            _describe_from_index(probe, video, audio)
+        else:
+            _check_packets(probe, container, video, audio, declared, limits)
         if video is not None:
             _read_first_frame(probe, path, video.index)
             if name == "gif":
                 probe.kind, probe.animated = "image", True
     return probe
+
+
+def _describe_from_index(probe: Probe, video, audio) -> None:
+    """What the packet scan would count, from mov's sample tables (the
+    demuxer computes a track's bitrate from its sample sizes)."""
+    probe.frames = video.frames if video is not None else 0
+    if audio is not None and audio.bit_rate:
+        probe.audio_kbps = round(audio.bit_rate / 1000, 1)
+
+
+def _check_packets(probe: Probe, container, video, audio, declared: float, limits: Limits) -> None:
+    """Read every packet once: refuse truncated files and timestamps the
+    packets do not back, count frames and the sound's bitrate."""
+    # How much of the timeline one packet may back, by stream.
+    holds = {s.index: MAX_FRAME_REPEAT / min(probe.frame_rate, MAX_OUTPUT_FPS) if s is video
+             else MAX_AUDIO_PACKET_S for s in (video, audio) if s is not None}
+    contents = _scan_packets(container, holds, audio=audio)
+    probe.frames, played = contents.frames, contents.played_s
+    if contents.audio_s > 0:
+        probe.audio_kbps = round(contents.audio_bytes * 8 / contents.audio_s / 1000, 1)
+    if declared > 1.0 and played < TRUNCATED_BELOW * declared:
+        raise MediaError("truncated", f"The file is cut off: it declares {declared:.1f} s but holds "
+                                      f"only {played:.1f} s of media.")
+    if played - contents.backed_s > max(UNBACKED_SLACK_S, (1 - MIN_BACKED_SHARE) * played):
+        raise MediaError("sparse_media", f"The file's timestamps run to {played:.0f} s, but its frames and "
+                                         f"sound fill only {contents.backed_s:.1f} s of that; it is damaged "
+                                         f"or was made to look longer than it is.")
+    # A header may under-declare: the media present is what ffmpeg will
+    # decode, so it is what the duration limit and time limits go by.
+    probe.duration_s = max(declared, played)
+    limits_check(probe, limits)
 
 
 # A video decoder holds a few decoded frames at once (references, the frame

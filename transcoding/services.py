@@ -12,13 +12,14 @@ import posixpath
 import signal
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 from django.conf import settings
 
 import media
-from transcoding import chunks, ladder, live, pipelines
-from transcoding.probe import Probe, probe_file
+from transcoding import chunks, ladder, live, pipelines, streamed
+from transcoding.probe import Probe, probe_file, probe_header
 from transcoding.produced import Produced
 from uploads import parts
 from uploads import services as job_services
@@ -65,39 +66,44 @@ def transcode(attempt: Attempt, then: Callable[[str], None] = lambda part_id: No
     attempt's own prefix. Publishing is the database transition's
     (job_succeed); the scratch folder goes on every way out.
 
-    The input is copied whole rather than read by ffmpeg through a
-    presigned URL: the probe and the ladder read it several times (and seek
-    for the poster), a copy is bounded by the upload limit and fetched in
-    parallel ranges, and ffmpeg keeps to the `file` protocol, never the
-    network. `then`: told the id of a part of the job to run next in this
+    The input is copied rather than read by ffmpeg through a presigned URL:
+    the probe and the ladder read it several times (and seek for the
+    poster), a copy is bounded by the upload limit and fetched in parallel
+    ranges, and ffmpeg keeps to local files and pipes, never the network. A
+    large MP4 on object storage is read while the copy arrives: its split
+    probes the header and its first chunk and sound read a pipe fed from
+    what has come (transcoding/streamed.py). `then`: told the id of a part of the job to run next in this
     slot (the first chunk of a video it split)."""
     job, job_id = attempt.job, str(attempt.job.id)
     started = time.monotonic()
-    with media.attempt_scratch(job_id=job_id, attempt=attempt.number) as scratch:
+    with media.attempt_scratch(job_id=job_id, attempt=attempt.number) as scratch, ExitStack() as cleanup:
         workdir = scratch / "out"
         workdir.mkdir()
         if job.part == Job.Part.FINALIZE:
             return _finalize(attempt, scratch, workdir)
         src, key = scratch / "input", (job.parent or job).upload.file.name
-        if job.parent_id:  # a part: its host may have the source from another part
-            media.fetch_input(key, src)
-        else:
-            media.fetch(key, src, read_only=True)
+        stream = _input(job, key, src)
+        if stream is not None:  # paced until its first frames are out (media.Growing.release), never longer
+            cleanup.callback(stream.growing.release)
         fetched = time.monotonic()
         _poison_check(src)
-        probe = probe_file(src)  # also refuses media above the size and duration limits
+        probe = _probe(src, stream)  # also refuses media above the size and duration limits
         # The progress write doubles as the stop check: when the job is no
         # longer this attempt's (canceled, handed back, taken over) it
         # raises, which kills ffmpeg's process group (transcoding/ffmpeg.py).
-        sink = _sink(attempt)
+        sink = _sink(attempt, on_playable=stream.growing.release if stream is not None else None)
         if job.parent_id:
-            produced = _part_encode(job, src, workdir, probe, attempt.progress, sink)
+            produced = _part_encode(job, src, workdir, probe, attempt.progress, sink, stream)
         else:
             job_services.job_probe_record(job_id=job_id, kind=probe.kind, media_info=probe.as_json(),
                                           cost_estimate=cost_estimate(probe))
             if chunks.should_chunk(probe):
-                media.keep_input(key, src)  # for the parts that run on this host
+                if stream is None:
+                    media.keep_input(key, src)  # for the parts that run on this host
                 _split(attempt, probe, then)
+                if stream is not None:  # the cache gets it as it arrives; the first chunk reads it meanwhile
+                    streamed.hand_over(key, stream)
+                    cleanup.pop_all()  # its release is the first chunk's now
                 return None
             if probe.kind == "video":
                 produced = pipelines.video(src, workdir, probe, attempt.progress, sink=sink)
@@ -114,13 +120,51 @@ def transcode(attempt: Attempt, then: Callable[[str], None] = lambda part_id: No
         return outputs
 
 
-def _sink(attempt: Attempt) -> live.Sink:
+def _input(job: Job, key: str, src: Path) -> streamed.Streamed | None:
+    """Put the job's input at `src`. A video's first chunk reads what its
+    split is still fetching in this slot (transcoding/streamed.py), which it
+    returns; another part takes the host's cached copy (waiting for a fetch
+    under way); a whole upload starts streaming when it can be read as it
+    arrives (returned: probed from its header), else is fetched whole."""
+    if job.parent_id:
+        stream = streamed.take(key) if job.part == Job.Part.CHUNK and job.part_index == 0 else None
+        if stream is None:
+            media.fetch_input(key, src)
+        else:
+            stream.growing.link(src)
+            log.info("job %s: its first chunk reads the source as it arrives", job.parent_id)
+        return stream
+    stream = streamed.start(key, src)
+    if stream is None:
+        media.fetch(key, src, read_only=True)
+    return stream
+
+
+def _probe(src: Path, stream: streamed.Streamed | None) -> Probe:
+    """The input's probe: a streamed video's from its header when it will
+    be split (its first chunk reuses it), else the whole file's, once there."""
+    if stream is not None and stream.probe is not None:
+        return stream.probe
+    if stream is not None:
+        stream.wait_head()
+        probe = probe_header(src)
+        if probe is not None and chunks.should_chunk(probe):
+            stream.probe = probe
+            return probe
+        stream.growing.wait_all()
+    return probe_file(src)
+
+
+def _sink(attempt: Attempt, *, on_playable: Callable[[], None] | None = None) -> live.Sink:
     """Where the attempt's video segments go while it encodes (its outputs
-    prefix), and the fenced write of what is stored (transcoding/live.py)."""
+    prefix), and the fenced write of what is stored (transcoding/live.py);
+    `on_playable` is told once the job is playable."""
     def record(state: dict, playable: bool) -> None:
         if not job_services.job_live_record(job_id=str(attempt.job.id), attempt=attempt.number, live=state,
                                             playable=playable):
             raise AttemptLost(str(attempt.job.id))
+        if playable and on_playable is not None:
+            on_playable()
 
     return live.Sink(prefix=attempt.outputs_prefix, record=record)
 
@@ -147,10 +191,14 @@ def _split(attempt: Attempt, probe: Probe, then: Callable[[str], None]) -> None:
     then(first)
 
 
-def _part_encode(job: Job, src: Path, workdir: Path, probe: Probe, on_progress, sink: live.Sink) -> list[Produced]:
+def _part_encode(job: Job, src: Path, workdir: Path, probe: Probe, on_progress, sink: live.Sink,
+                 stream: streamed.Streamed | None) -> list[Produced]:
     plan = chunks.ChunkPlan.from_json(job.parent.media_info["chunks"])
     if job.part == Job.Part.AUDIO:
         return chunks.encode_audio(src, workdir, probe, plan, on_progress)
+    if stream is not None:  # the first chunk, reading its source as it arrives
+        return chunks.encode_chunk(None, workdir, probe, plan, job.part_index, on_progress, sink=sink,
+                                   feed=stream.feed, sound_feed=stream.follow)
     return chunks.encode_chunk(src, workdir, probe, plan, job.part_index, on_progress, sink=sink)
 
 

@@ -10,8 +10,10 @@ from project.settings.environ import env
 
 # Upload limits, enforced while the request streams in (uploads/upload_limits.py):
 # Content-Length first, then bytes per file, bytes and files per request,
-# and bytes per user in flight across every web process (Redis).
-FAIRLANE_MAX_UPLOAD_BYTES = int(env("FAIRLANE_MAX_UPLOAD_BYTES", str(2 * 1024**3)))
+# and bytes per user in flight across every web process (Redis). A file may
+# be 4 GiB: a half-hour of 1080p from a phone, which plays within seconds
+# of its upload (transcoding/streamed.py).
+FAIRLANE_MAX_UPLOAD_BYTES = int(env("FAIRLANE_MAX_UPLOAD_BYTES", str(4 * 1024**3)))
 FAIRLANE_MAX_REQUEST_BYTES = int(env("FAIRLANE_MAX_REQUEST_BYTES", str(4 * 1024**3)))
 FAIRLANE_MAX_FILES_PER_REQUEST = int(env("FAIRLANE_MAX_FILES_PER_REQUEST", "500"))
 FAIRLANE_MAX_USER_INFLIGHT_BYTES = int(env("FAIRLANE_MAX_USER_INFLIGHT_BYTES", str(8 * 1024**3)))

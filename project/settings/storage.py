@@ -26,6 +26,10 @@ FAIRLANE_SCRATCH_DIR = Path(env("FAIRLANE_SCRATCH_DIR", str(VAR_DIR / "scratch")
 # Inputs fetched from object storage, kept on the worker host for the other
 # parts of a chunked video (media/input_cache.py); 0 turns the cache off.
 FAIRLANE_INPUT_CACHE_BYTES = int(env("FAIRLANE_INPUT_CACHE_BYTES", str(4 * 1024**3)))
+# An MP4/QuickTime upload from this size on is read while it is fetched
+# into that cache (transcoding/streamed.py): a long video's first chunk
+# starts after its first megabytes, not after the whole file.
+FAIRLANE_STREAM_INPUT_BYTES = int(env("FAIRLANE_STREAM_INPUT_BYTES", str(64 * 1024**2)))
 # Files stream to a temporary file (never memory) past this size.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 # Direct uploads (uploads/direct.py): clients send parts straight to

@@ -59,12 +59,16 @@ class HeldProxy:
             return
 
     def close(self) -> None:
+        """Stop: every connection ends at once (shut down, so that a thread
+        blocked reading one wakes and its peer sees the end), and none is
+        accepted any more."""
         self._closed.set()
         for sock in [self._listener, *self._sockets]:
             try:
-                sock.close()
+                sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            sock.close()
 
     def __enter__(self) -> HeldProxy:
         return self

@@ -17,6 +17,7 @@ import pytest
 
 import media
 from media import input_cache, owners, store
+from tests.promise import wait_for
 from tests.storage.held_proxy import HeldProxy
 
 pytestmark = pytest.mark.django_db
@@ -205,3 +206,32 @@ def test_a_worker_killed_mid_fetch_leaves_nothing_past_the_sweep(cache, s3_stora
     # and the next fetch on the host goes on as if nothing had happened
     assert media.fetch_input(big, _dest(tmp_path, "next")) is True
     assert [p.name for p in cache.iterdir() if not p.suffix] == [input_cache._entry(big).name]
+
+
+def test_a_streamed_fetch_keeps_near_its_readers_until_released(cache, settings, monkeypatch, tmp_path):
+    """A Growing input (a large video whose first chunk is encoded while it
+    arrives) fetches in order and, until released, never more than
+    PACED_AHEAD past the furthest byte a reader waited for; released, it
+    fetches the rest and becomes the cache's entry, byte for byte."""
+    settings.FAIRLANE_INPUT_CACHE_BYTES = 100 * MIB
+    monkeypatch.setattr(input_cache, "RANGE_BYTES", MIB)
+    monkeypatch.setattr(input_cache, "PACED_AHEAD", 4 * MIB)
+    body = os.urandom(24 * MIB)
+    key = _stored(tmp_path, "video", body)
+    growing = media.stream_input(key, len(body), {len(body) - 1000: body[-1000:]})  # a moov at the end, known
+    growing.wait(0, 2 * MIB)
+    # what readers may need next arrives without anyone asking for it...
+    edge = 6 * MIB  # the pace's: 2 MiB waited for, 4 MiB ahead
+    wait_for(lambda: growing._covered(0, edge), 60, "the fetch up to the pace's edge")
+    # ...and nothing past it until a reader goes further or the fetch is released
+    assert not growing.done and not growing._covered(0, edge + MIB)
+    fd = growing.open()
+    try:
+        assert os.pread(fd, edge, 0) == body[:edge]
+    finally:
+        os.close(fd)
+    growing.release()
+    growing.wait_all()
+    assert growing.done and growing.path == input_cache._entry(key)
+    assert growing.path.read_bytes() == body
+    assert media.fetch_input(key, _dest(tmp_path, "next-part")) is False  # the next part on the host: the cache

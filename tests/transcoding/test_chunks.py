@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import media
 from tests.hls_checks import (
     continuity_breaks,
     joined,
@@ -17,7 +18,7 @@ from tests.hls_checks import (
     stream_facts,
 )
 from tests.media import make_video, video_facts
-from transcoding import chunks, ffmpeg, ladder
+from transcoding import chunks, ffmpeg, ladder, streamed
 from transcoding.probe import Probe, probe_file
 
 SECONDS, FPS = 14, 25
@@ -37,17 +38,22 @@ def source(tmp_path_factory) -> Path:
     return make_video(tmp_path_factory.mktemp("src") / "long.mp4", seconds=SECONDS, size="640x360", rate=FPS)
 
 
-def chunked_ladder(src: Path, out: Path, probe: Probe) -> tuple[chunks.ChunkPlan, list]:
+def chunked_ladder(src: Path, out: Path, probe: Probe, *, first_feed=None) -> tuple[chunks.ChunkPlan, list]:
     """Run every chunk (the first also makes the sound) and the finalizer,
     each in a folder of its own, moving files between them as the store
-    (and transcoding.services._finalize) would."""
+    (and transcoding.services._finalize) would. `first_feed`: the first
+    chunk reads the source from it, as while the source is still being
+    fetched (transcoding/streamed.py)."""
     plan = chunks.plan_for(probe)
     hls, playlists = out / "final" / "hls", []
     hls.mkdir(parents=True)
     for index in range(len(plan.chunks)):
         work = out / f"chunk{index}"
         work.mkdir()
-        chunks.encode_chunk(src, work, probe, plan, index, lambda pct: None)
+        if index == 0 and first_feed is not None:
+            chunks.encode_chunk(None, work, probe, plan, index, lambda pct: None, feed=first_feed)
+        else:
+            chunks.encode_chunk(src, work, probe, plan, index, lambda pct: None)
         playlists.append(out / f"playlists{index}")
         for path in (work / "hls").rglob("*"):
             if path.is_file():
@@ -64,10 +70,24 @@ def chunked_ladder(src: Path, out: Path, probe: Probe) -> tuple[chunks.ChunkPlan
     return plan, produced
 
 
-@pytest.fixture
-def chunked(short_segments, source, tmp_path):
+@pytest.fixture(params=["file", "streamed"])
+def chunked(request, short_segments, source, tmp_path, settings):
+    """The ladder with every chunk read from the file, and with the first
+    chunk (and the sound) read through the stream a large upload on object
+    storage is encoded from while it arrives (the rest from the file, as
+    the other parts read the whole upload)."""
     probe = probe_file(source)
-    plan, produced = chunked_ladder(source, tmp_path, probe)
+    feed = None
+    if request.param == "streamed":
+        request.getfixturevalue("s3_storage")
+        settings.FAIRLANE_SCRATCH_DIR = tmp_path / "worker-scratch"
+        settings.FAIRLANE_STREAM_INPUT_BYTES = 0  # streamed, small as it is
+        key = media.upload_key(owner_id=1)
+        media.put_file(source, key)
+        stream = streamed.start(key, tmp_path / "input")
+        assert stream is not None and stream.layout.insert_at is not None  # ffmpeg wrote the moov last
+        feed = stream.feed
+    plan, produced = chunked_ladder(source, tmp_path, probe, first_feed=feed)
     return plan, produced, tmp_path / "final"
 
 
