@@ -191,7 +191,7 @@ def audio_args(src: Path | None, workdir: Path, probe: Probe, plan: ChunkPlan, *
 
 
 def encode_chunk(src: Path | None, workdir: Path, probe: Probe, plan: ChunkPlan, index: int, on_progress, *,
-                 sink: live.Sink | None = None, feed=None, sound_feed=None) -> list[Produced]:
+                 sink: live.Sink | None = None, feed=None, sound_feed=None, check=None) -> list[Produced]:
     """One chunk's segments of every rendition, stored as they are written
     when there is a `sink` (transcoding/live.py); the first chunk also
     makes the poster and, in a plan that says so, the whole file's sound
@@ -199,7 +199,15 @@ def encode_chunk(src: Path | None, workdir: Path, probe: Probe, plan: ChunkPlan,
     have a segment stored). With `feed` (ffmpeg.run's) instead of `src`,
     the chunk's ffmpeg reads the source from a pipe that `feed` writes, and
     the sound's from one that `sound_feed` writes (transcoding/streamed.py):
-    the first chunk of a source still arriving."""
+    the first chunk of a source still arriving. `check` is called beside
+    the progress reports and while the sound runs on: what it raises stops
+    both (streamed.encode_scanned)."""
+    if check is not None:
+        report = on_progress
+
+        def on_progress(pct: int) -> None:
+            check()
+            report(pct)
     duration = plan.chunk_duration_s(index)
     sound = index == 0 and plan.sound_in_first_chunk and plan.has_audio
     (workdir / "hls" / (AUDIO_GROUP if sound else "")).mkdir(parents=True)  # no muxer makes a folder without %v
@@ -211,7 +219,7 @@ def encode_chunk(src: Path | None, workdir: Path, probe: Probe, plan: ChunkPlan,
         if sound:
             _run_beside_sound(args, audio_args(src, workdir, probe, plan, threads=settings.FAIRLANE_FFMPEG_THREADS),
                               duration_s=duration, sound_s=probe.duration_s, on_progress=on_progress, sink=sink,
-                              feed=feed, sound_feed=sound_feed or feed)
+                              feed=feed, sound_feed=sound_feed or feed, check=check)
         else:
             ffmpeg.run(args, duration_s=duration, on_progress=on_progress, on_tick=sink and sink.flush, feed=feed)
     first, count = plan.chunks[index]
@@ -229,7 +237,7 @@ def encode_chunk(src: Path | None, workdir: Path, probe: Probe, plan: ChunkPlan,
 
 
 def _run_beside_sound(args: list[str], sound_args: list[str], *, duration_s: float, sound_s: float, on_progress,
-                      sink: live.Sink | None, feed=None, sound_feed=None) -> None:
+                      sink: live.Sink | None, feed=None, sound_feed=None, check=None) -> None:
     """The chunk's ffmpeg here, the sound's in a thread beside it (each
     ffmpeg dies with the thread that waits for it); whichever fails stops
     the other. Progress is the chunk's; the sink is flushed from this
@@ -239,6 +247,8 @@ def _run_beside_sound(args: list[str], sound_args: list[str], *, duration_s: flo
     def stop_check() -> None:
         if stop.is_set():
             raise MediaError("canceled", "Stopped: the video beside it failed.")
+        if check is not None:
+            check()
 
     def sound() -> None:
         try:
@@ -258,6 +268,8 @@ def _run_beside_sound(args: list[str], sound_args: list[str], *, duration_s: flo
             thread.join(ffmpeg.TICK_S)
             if sink is not None:
                 sink.flush()
+            if check is not None:
+                check()
     finally:
         stop.set()
         thread.join()

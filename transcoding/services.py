@@ -196,9 +196,10 @@ def _part_encode(job: Job, src: Path, workdir: Path, probe: Probe, on_progress, 
     plan = chunks.ChunkPlan.from_json(job.parent.media_info["chunks"])
     if job.part == Job.Part.AUDIO:
         return chunks.encode_audio(src, workdir, probe, plan, on_progress)
-    if stream is not None:  # the first chunk, reading its source as it arrives
-        return chunks.encode_chunk(None, workdir, probe, plan, job.part_index, on_progress, sink=sink,
-                                   feed=stream.feed, sound_feed=stream.follow)
+    if stream is not None:  # the first chunk, reading its source as it arrives, scanned beside it
+        return streamed.encode_scanned(stream, src, lambda check: chunks.encode_chunk(
+            None, workdir, probe, plan, job.part_index, on_progress, sink=sink, feed=stream.feed,
+            sound_feed=stream.follow, check=check))
     return chunks.encode_chunk(src, workdir, probe, plan, job.part_index, on_progress, sink=sink)
 
 

@@ -31,14 +31,19 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from django.conf import settings
 
 import media
-from transcoding.probe import MOV_HEADER_MAX_BYTES, Probe, box_header
+from transcoding.errors import MediaError
+from transcoding.probe import MOV_HEADER_MAX_BYTES, Probe, box_header, probe_file
+
+T = TypeVar("T")
 
 # The first read of a file: its ftyp and the boxes after it, usually the
 # moov too when the file was written for streaming.
@@ -201,6 +206,40 @@ class Streamed:
         finally:
             os.close(src)
         return False
+
+
+def encode_scanned(stream: Streamed, src: Path, encode: Callable[[Callable[[], None]], T]) -> T:
+    """Run `encode(check)` (the first chunk, with its sound) beside the whole
+    file's probe, packet scan included, which starts once the fetch is done:
+    `check` raises the probe's refusal (a truncated file, packets that do not
+    back its length), so the sound stops filling a crafted file's claimed
+    hours as soon as the scan has read it, and the chunk's result counts
+    only once the scan has passed (it was split on its header alone)."""
+    refused: list[MediaError] = []
+    stop = threading.Event()
+
+    def scan() -> None:
+        try:
+            stream.growing.wait(0, stream.layout.size, stop=stop, lead=False)
+            probe_file(src)
+        except MediaError as exc:
+            refused.append(exc)
+        except Exception:  # a failed fetch is the feeds' to report; a stop, nothing
+            return
+
+    def check() -> None:
+        if refused:
+            raise refused[0]
+
+    thread = threading.Thread(target=scan, name="first-chunk-scan", daemon=True)
+    thread.start()
+    try:
+        result = encode(check)
+        thread.join()
+        check()
+        return result
+    finally:
+        stop.set()
 
 
 def _write(out: int, data: bytes) -> None:

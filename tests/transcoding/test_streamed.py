@@ -21,7 +21,8 @@ from tests.media import FFMPEG, ffmpeg, make_video
 from tests.promise import wait_for
 from tests.storage.held_proxy import HeldProxy
 from transcoding import chunks, streamed
-from transcoding.probe import probe_file
+from transcoding.errors import MediaError
+from transcoding.probe import probe_file, probe_header
 
 
 def _reader(path: Path):
@@ -173,3 +174,33 @@ def test_the_first_chunk_is_made_from_what_has_arrived_and_a_lost_store_fails_it
     assert len(failed) == 1 and isinstance(failed[0], OSError), failed
     with pytest.raises(media.StorageUnavailable):
         stream.growing.wait_all()
+
+
+def test_a_first_chunk_of_a_cut_off_file_is_refused_by_the_scan_beside_it(moov_last, s3_storage, settings, segments,
+                                                                         tmp_path):
+    """Split on its header alone, a cut-off download's first chunk starts at
+    once (its moov, in front, says 6 s; 60 % of the media is there); the
+    whole file's scan beside it refuses the file, which fails the chunk
+    whether the scan or the encode ends first."""
+    settings.FAIRLANE_SCRATCH_DIR = tmp_path / "worker-scratch"
+    settings.FAIRLANE_STREAM_INPUT_BYTES = 0
+    whole = tmp_path / "fast.mp4"
+    ffmpeg("-i", str(moov_last), "-c", "copy", "-movflags", "+faststart", str(whole))
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(whole.read_bytes()[:int(whole.stat().st_size * 0.6)])
+    key = media.upload_key(owner_id=1)
+    media.put_file(cut, key)
+    stream = streamed.start(key, tmp_path / "input")
+    assert stream is not None
+    probe = probe_header(tmp_path / "input")
+    assert probe is not None and probe.duration_s >= 5.9  # the header alone lets it through
+    work = tmp_path / "chunk0"
+    work.mkdir()
+    with pytest.raises(MediaError) as refused:
+        streamed.encode_scanned(stream, tmp_path / "input", lambda check: chunks.encode_chunk(
+            None, work, probe, chunks.plan_for(probe), 0, lambda pct: None, feed=stream.feed,
+            sound_feed=stream.follow, check=check))
+    assert refused.value.code == "truncated"
+    with pytest.raises(MediaError) as itself:
+        probe_file(cut)
+    assert itself.value.code == refused.value.code  # what the scan of the file itself says
