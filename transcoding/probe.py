@@ -33,6 +33,7 @@ All of it runs in a decoding child with a memory budget
 """
 from __future__ import annotations
 
+import heapq
 import os
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -99,8 +100,13 @@ TRUNCATED_BELOW = 0.9
 # a video frame MAX_FRAME_REPEAT frame intervals (a phone's variable-rate
 # clip in low light stretches to 2 or 3; a paused recording longer), an
 # audio packet MAX_AUDIO_PACKET_S (AAC packets are 21 ms; a PCM block of
-# 4096 samples at 8 kHz is half a second).
+# 4096 samples at 8 kHz is half a second). The interval is the source's
+# average rate's, but never longer than 1 / MIN_HOLD_FPS: mov's index
+# gives a crafted file's average rate from its few frames over the length
+# they claim (3 frames over 600 s: 0.005 fps, and each frame would back
+# 1,600 s); a slideshow of one picture every 10 s is still 80 % backed.
 MAX_FRAME_REPEAT = 8
+MIN_HOLD_FPS = 1.0
 MAX_AUDIO_PACKET_S = 1.0
 # The packets of at least one stream must back this share of the media's
 # length (a still picture over an hour of sound is backed by the sound),
@@ -441,7 +447,7 @@ def _check_packets(probe: Probe, container, video, audio, declared: float, limit
     """Read every packet once: refuse truncated files and timestamps the
     packets do not back, count frames and the sound's bitrate."""
     # How much of the timeline one packet may back, by stream.
-    holds = {s.index: MAX_FRAME_REPEAT / min(probe.frame_rate, MAX_OUTPUT_FPS) if s is video
+    holds = {s.index: MAX_FRAME_REPEAT / min(max(probe.frame_rate, MIN_HOLD_FPS), MAX_OUTPUT_FPS) if s is video
              else MAX_AUDIO_PACKET_S for s in (video, audio) if s is not None}
     contents = _scan_packets(container, holds, audio=audio)
     probe.frames, played = contents.frames, contents.played_s
@@ -508,11 +514,20 @@ class _Contents:
     audio_s: float = 0.0  # from its first packet to where its last ends
 
 
+# Packets come in decode order; a B-frame's time is before the frame decoded
+# ahead of it. Times are put back in order over this many packets of a
+# stream (H.264 reorders at most 16 frames), so that each frame of a
+# slideshow encoded with B-frames backs its own gap; a time further back
+# than that backs nothing new.
+REORDER_PACKETS = 16
+
+
 def _scan_packets(container, holds: dict[int, float], *, audio=None) -> _Contents:
     """Read every packet of the streams in `holds` once. A stream's packets
-    back the time between them up to the stream's hold each; in decode
-    order, so B-frames (whose times go back) back nothing new. The `audio`
-    stream's packets are also counted, for its bitrate."""
+    back the time between them up to the stream's hold each, in the order
+    of their times (REORDER_PACKETS); a time that goes back further backs
+    nothing new. The `audio` stream's packets are also counted, for its
+    bitrate."""
     contents = _Contents()
     audio_index = audio.index if audio is not None else None
     audio_first = None
@@ -520,6 +535,13 @@ def _scan_packets(container, holds: dict[int, float], *, audio=None) -> _Content
     start = {s.index: (s.start_time or 0) * s.time_base for s in streams}
     reached = dict.fromkeys(holds, 0.0)
     backed = dict.fromkeys(holds, 0.0)
+    pending: dict[int, list[float]] = {index: [] for index in holds}
+
+    def back(index: int, at: float) -> None:
+        if at > reached[index]:
+            backed[index] += min(at - reached[index], holds[index])
+            reached[index] = at
+
     try:
         for packet in container.demux(streams):
             if packet.pts is None or packet.size == 0:
@@ -528,9 +550,10 @@ def _scan_packets(container, holds: dict[int, float], *, audio=None) -> _Content
             if stream.type == "video":
                 contents.frames += 1
             at = float(packet.pts * stream.time_base - start[index])
-            if at > reached[index]:
-                backed[index] += min(at - reached[index], holds[index])
-                reached[index] = at
+            if len(pending[index]) < REORDER_PACKETS:
+                heapq.heappush(pending[index], at)
+            else:
+                back(index, heapq.heappushpop(pending[index], at))
             stop = float((packet.pts + (packet.duration or 0)) * stream.time_base - start[index])
             contents.played_s = max(contents.played_s, stop)
             if index == audio_index:
@@ -539,6 +562,9 @@ def _scan_packets(container, holds: dict[int, float], *, audio=None) -> _Content
                 contents.audio_s = max(contents.audio_s, stop - audio_first)
     except av.error.FFmpegError as exc:
         raise decoder_failure("truncated", f"The file is damaged or cut off: {reason(exc)}.", exc) from exc
+    for index, times in pending.items():
+        for at in sorted(times):
+            back(index, at)
     contents.backed_s = max(backed.values())
     return contents
 

@@ -104,8 +104,11 @@ _HOURS_S = 14_000.0
     ("gap.mp4", [0, 0.04, 0.08, _HOURS_S], []),
     ("clip-then-far-frame.mkv", [n / 25 for n in range(50)] + [_HOURS_S], []),
     ("audio-gap.mkv", [0, 0.04, 0.08], [0, 1024 / 48000, _HOURS_S]),
+    # mov's index makes the average rate 3 frames / 600 s: each frame held
+    # MAX_FRAME_REPEAT intervals of that rate backed 1,600 s.
+    ("ten-minutes.mp4", [0, 0.04, 600], []),
 ], ids=["two frames hours apart (mkv)", "two frames hours apart (mp4)", "a clip, then one frame hours later",
-        "two audio packets hours apart"])
+        "two audio packets hours apart", "three frames, the last ten minutes on (mp4)"])
 def test_a_few_packets_whose_timestamps_claim_hours_are_refused(tmp_path: Path, name, frames_at_s, audio_at_s):
     """The ladder's constant frame rate fills gaps with repeated frames and
     the audio resampler with silence: the work must follow what the file
@@ -122,7 +125,9 @@ def test_a_few_packets_whose_timestamps_claim_hours_are_refused(tmp_path: Path, 
     ("still.mkv", [0], [n * 1024 / 48000 for n in range(round(20 * 48000 / 1024))]),
     # A clip that pauses on one frame for a few seconds (variable frame rate).
     ("pause.mkv", [n / 25 for n in range(50)] + [2.0 + n / 25 for n in range(50)] + [9.0], []),
-], ids=["a still picture over 20 s of sound", "a clip that holds a frame for 5 s"])
+    # A slideshow: one picture every 10 s (each may back 8 s: 80 % is backed).
+    ("slideshow.mp4", [10.0 * n for n in range(7)], []),
+], ids=["a still picture over 20 s of sound", "a clip that holds a frame for 5 s", "a slideshow, a picture each 10 s"])
 def test_media_whose_packets_back_its_length_passes(tmp_path: Path, name, frames_at_s, audio_at_s):
     probe = probe_file(timestamped(tmp_path / name, frames_at_s, audio_at_s=audio_at_s))
     assert probe.kind == "video" and probe.duration_s > 8
