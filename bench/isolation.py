@@ -29,6 +29,12 @@ production), all started here and stopped at the end.
    machine's drift falls on both; a quiet phase after a hostile one starts
    once the system is idle again (`_settle`), so that what the hostile
    user left running is not counted as quiet.
+   BENCH_ISOLATION_HOSTS=2 runs the same on two hosts as deploy/ does,
+   each with a core of its own (CPU affinity; this machine has two): the
+   web host (gunicorn, PostgreSQL, Redis, SeaweedFS, the notify lane, and
+   the clients, which stand for other machines) on CPU 0, the transcode
+   host (the transcode lane, one slot) on CPU 1; results to
+   isolation-2hosts.json and .png.
 2. A batch poll's Redis CPU (the sum of INFO commandstats' usec over a
    round of polls, divided by the polls; the median of three rounds, after
    a round not measured) with 10, 1,000, 10,000 and 100,000 users holding
@@ -89,6 +95,13 @@ POLL_USERS = tuple(int(n) for n in os.environ.get("BENCH_ISOLATION_POLL_USERS", 
 POLLS = 100
 POLL_TIMEOUT_S = 30  # a hostile page's request, then counted as "timeout"
 ROUNDS = 3
+HOSTS = int(os.environ.get("BENCH_ISOLATION_HOSTS", "1"))
+if HOSTS not in (1, 2):
+    raise SystemExit("BENCH_ISOLATION_HOSTS is 1 (one host, as make run) or 2 (web and transcode hosts)")
+# With two hosts, each host's CPUs (the transcode host's is the machine's last).
+WEB_CPUS = {0} if HOSTS == 2 else None
+TRANSCODE_CPUS = {(os.cpu_count() or 2) - 1} if HOSTS == 2 else None
+RESULT_NAME = "isolation" if HOSTS == 1 else "isolation-2hosts"
 
 
 # --- the system --------------------------------------------------------------------------------
@@ -114,6 +127,19 @@ def _group(pid: int) -> list[int]:
     return [pid, *children_of(pid, recursive=True)]
 
 
+def _pin(pid: int, cpus: set[int] | None) -> None:
+    """`pid`, its descendants and all their threads on `cpus` (what they
+    start later inherits it). Nothing with one host."""
+    if cpus is None:
+        return
+    for process in _group(pid):
+        for task in Path(f"/proc/{process}/task").glob("*"):
+            try:
+                os.sched_setaffinity(int(task.name), cpus)
+            except (OSError, ValueError):  # ended meanwhile
+                continue
+
+
 class System:
     """Services, web and workers, with each part's CPU time readable."""
 
@@ -128,6 +154,9 @@ class System:
         self.s3, self.procs["s3"] = embedded_seaweedfs.spawn(work / "s3", ports)
         redis_port = free_port()
         self.procs["redis"] = embedded_redis.spawn(work / "redis", redis_port, persist=False)
+        _pin(os.getpid(), WEB_CPUS)  # the clients, and the spawned pollers after them
+        for pid in (self.pg.proc.pid, self.procs["s3"].pid, self.procs["redis"].pid):
+            _pin(pid, WEB_CPUS)
         self.receiver = Receiver()
         self.web_port = free_port()
         self.web_url = f"http://127.0.0.1:{self.web_port}"
@@ -161,7 +190,10 @@ class System:
                     raise
                 time.sleep(0.2)
 
-    def _spawn(self, name: str, argv: list[str], extra: dict | None = None) -> None:
+    def _spawn(self, name: str, argv: list[str], extra: dict | None = None, cpus: set[int] | None = None) -> None:
+        cpus = cpus or WEB_CPUS
+        if cpus is not None:
+            argv = ["taskset", "-c", ",".join(map(str, sorted(cpus))), *argv]
         self.procs[name] = subprocess.Popen(argv, cwd=ROOT, env={**self.env, **(extra or {})},
                                             stdout=open(self.logs / f"{name}.log", "ab"), stderr=subprocess.STDOUT,
                                             start_new_session=True)
@@ -170,8 +202,9 @@ class System:
         from bench.harness import DIE_WITH_PARENT
 
         celery = [*DIE_WITH_PARENT, str(BIN / "celery"), "-A", "project", "worker", "-l", "WARNING"]
+        slots = len(TRANSCODE_CPUS) if TRANSCODE_CPUS else os.cpu_count()
         self._spawn("cpu", [*celery, "-Q", "cpu-transcode", "-n", "cpu@bench", "-P", "prefork",
-                            "-c", str(os.cpu_count())])
+                            "-c", str(slots)], cpus=TRANSCODE_CPUS)
         self._spawn("io", [*celery, "-Q", "io-notify", "-n", "io@bench", "-P", "threads", "-c", "64"],
                     {"DATABASE_POOL_MAX_SIZE": "16"})
         from project.celery import app
@@ -880,10 +913,12 @@ def report(light: dict | None, polls: list[dict], cancel: dict) -> None:
         targets[f"light users' p99 under a hostile user within 1.25x quiet ({ratio:.2f}x)"] = ratio <= 1.25
         targets[f"the hostile user's refusals 4xx, never 5xx ({refusals:,} refused, {server_errors} 5xx)"] = (
             server_errors == 0 and refusals > 0)
-    out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "light": light, "polls": polls,
+    out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hosts": HOSTS,
+           "cpus": None if HOSTS == 1 else {"web": sorted(WEB_CPUS), "transcode": sorted(TRANSCODE_CPUS)},
+           "light": light, "polls": polls,
            "cancel": cancel, "targets": targets, "load": os.getloadavg()}
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "isolation.json").write_text(json.dumps(out, indent=2) + "\n")
+    (RESULTS / f"{RESULT_NAME}.json").write_text(json.dumps(out, indent=2) + "\n")
     if light is not None:
         print(f"light users, submit to done: quiet p50 {light['quiet']['p50_s']:.2f} s p99 "
               f"{light['quiet']['p99_s']:.2f} s; hostile p50 {light['hostile']['p50_s']:.2f} s p99 "
@@ -925,9 +960,10 @@ def _plot(light: dict, polls: list[dict], cancel: dict) -> None:
     ax.legend()
     ax.set_ylabel("Redis CPU (s)")
     ax.set_title(f"cancel {cancel['canceled']:,} of {cancel['backlog']:,} held jobs")
-    fig.suptitle("Isolation (bench/isolation.py)")
+    fig.suptitle("Isolation (bench/isolation.py)" + ("" if HOSTS == 1 else
+                 ": two hosts, web on CPU 0, transcode on CPU 1"))
     fig.tight_layout()
-    fig.savefig(RESULTS / "isolation.png", dpi=110)
+    fig.savefig(RESULTS / f"{RESULT_NAME}.png", dpi=110)
 
 
 if __name__ == "__main__":
