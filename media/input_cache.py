@@ -50,6 +50,7 @@ from pathlib import Path
 from django.conf import settings
 
 from media.owners import owner_alive, owner_tag, pid_alive
+from media.priority import lower_priority
 from media.store import fetch, fetch_into, fetch_range, size, uses_object_storage
 
 log = logging.getLogger(__name__)
@@ -271,9 +272,7 @@ class Growing:
                          daemon=True).start()
 
     def _fetch(self, fd: int, lock, partial: Path, entry: Path) -> None:
-        if self._niceness:  # this thread's own (Linux), inherited by the range threads it starts
-            tid = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + self._niceness))
+        lower_priority(self._niceness)  # inherited by the range threads it starts
         try:
             _evict(keep=entry)
             self._download(fd)

@@ -32,6 +32,7 @@ from pathlib import Path
 import imageio_ffmpeg
 from django.conf import settings
 
+from media.priority import lower_priority
 from transcoding import limits
 from transcoding.errors import MediaError
 from transcoding.probe import DEMUXER_OPTIONS, open_options
@@ -56,7 +57,7 @@ def _limits(cpu_seconds: int, niceness: int = 0) -> Callable[[], None]:
     def apply() -> None:
         limits.die_with_parent(parent)
         limits.set_limits(address_space_bytes=address_space, cpu_seconds=cpu_seconds)
-        limits.lower_priority(niceness)
+        lower_priority(niceness)
 
     return apply
 
@@ -110,7 +111,7 @@ def run(
     input's bytes; what it raises is raised here, before ffmpeg's own
     error, which would only be the input's unexpected end, and a timeout
     while it waited is InputStalled, not the file's fault. `niceness`:
-    ffmpeg and its feed run that much nicer (limits.lower_priority)."""
+    ffmpeg and its feed run that much nicer (media.priority.lower_priority)."""
     timeout_s = timeout_s or timeout_for(duration_s)
     ticks = ["-stats_period", f"{TICK_S:g}"] if on_tick else []
     cmd = [FFMPEG, "-nostdin", "-hide_banner", "-loglevel", "error", "-progress", "pipe:1", "-nostats", *ticks,
@@ -188,7 +189,7 @@ class _Feeding:
 
     def _run(self, feed: Callable[[int, threading.Event], bool | None], niceness: int) -> None:
         assert self._proc.stdin is not None
-        limits.lower_priority(niceness)
+        lower_priority(niceness)
         try:
             self.unfinished = bool(feed(self._proc.stdin.fileno(), self._stop))
         except BaseException as exc:  # raised by run(), in the thread that waits for ffmpeg

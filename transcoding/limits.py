@@ -17,7 +17,6 @@ import ctypes
 import os
 import resource
 import signal
-import threading
 
 _PR_SET_PDEATHSIG = 1
 # Loaded once in the parent: a child between fork and exec should not dlopen.
@@ -49,14 +48,3 @@ def set_limits(*, address_space_bytes: int, cpu_seconds: int) -> None:
     # The soft limit sends SIGXCPU; the hard one, a few seconds later, SIGKILL.
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-def lower_priority(niceness: int) -> None:
-    """Make the calling thread (and the threads and processes it starts
-    afterwards, which inherit it) `niceness` steps nicer: on Linux a nice
-    value is the thread's own. Work that must not take the cores from the
-    encoder of a video's first frames: the fetch of the rest of its source,
-    the sound that follows it."""
-    if niceness > 0:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(
-            os.PRIO_PROCESS, threading.get_native_id()) + niceness))
