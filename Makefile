@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-properties install bench-fairness bench-handover bench-redis-cost bench-media bench-notify bench-storage bench-scale bench-chunks bench-upload bench-isolation bench-estimates bench-ttfp-large clean stop
+.PHONY: run test test-fast test-properties install bench-fairness bench-handover bench-redis-cost bench-media bench-notify bench-storage bench-scale bench-chunks bench-upload bench-isolation bench-web-server bench-estimates bench-ttfp-large clean stop
 
 install: $(STAMP)
 
@@ -93,6 +93,12 @@ bench-autoscale: install
 # (a private PostgreSQL). BENCH_ISOLATION_ROUNDS=1 for a shorter run.
 bench-isolation: install
 	$(BIN)/python -m bench.isolation $(ARGS)
+
+# What a refused request costs the web host by WSGI server: gunicorn (the
+# Procfile's) against granian and uWSGI (installed into var/bench-tools for
+# the run), a bare app and Fairlane's known refusal. A few minutes.
+bench-web-server: install
+	$(BIN)/python -m bench.web_server $(ARGS)
 
 # Time to first playable: upload accepted -> first frame in Chromium through
 # HLS, growing playlists against waiting for the finished ladder, 10 s and

@@ -78,6 +78,36 @@ def children_of(pid: int, *, recursive: bool = False) -> list[int]:
     return found
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (gunicorn's workers, Celery's pool and its
+    ffmpeg, PostgreSQL's backends). Read by parent, not by field 7 (the
+    terminal) for the session: that found the leader alone, 0 CPU for the web."""
+    return [pid, *children_of(pid, recursive=True)]
+
+
+def cpu_ticks(pids: list[int]) -> int:
+    """User + system clock ticks of `pids`, with their reaped children's."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15])
+    return total
+
+
+def stop_process_group(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM to the group `proc` leads (started with start_new_session),
+    SIGKILL after `timeout` s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 class Worker:
     """One Celery worker process on one lane, started the way the Procfile
     starts it (the benchmarks, and the tests in tests/workers.py and

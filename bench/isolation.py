@@ -34,7 +34,9 @@ production), all started here and stopped at the end.
    web host (gunicorn, PostgreSQL, Redis, SeaweedFS, the notify lane, and
    the clients, which stand for other machines) on CPU 0, the transcode
    host (the transcode lane, one slot) on CPU 1; results to
-   isolation-2hosts.json and .png.
+   isolation-2hosts.json and .png. BENCH_ISOLATION_WEB_SERVER=granian (or
+   uwsgi) serves the web with another WSGI server, as bench/web_server.py
+   runs it (results named with it).
 2. A batch poll's Redis CPU (the sum of INFO commandstats' usec over a
    round of polls, divided by the polls; the median of three rounds, after
    a round not measured) with 10, 1,000, 10,000 and 100,000 users holding
@@ -77,6 +79,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from bench.harness import cpu_ticks, process_tree, stop_process_group
 from bench.ports import free_port, free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,30 +104,14 @@ if HOSTS not in (1, 2):
 # With two hosts, each host's CPUs (the transcode host's is the machine's last).
 WEB_CPUS = {0} if HOSTS == 2 else None
 TRANSCODE_CPUS = {(os.cpu_count() or 2) - 1} if HOSTS == 2 else None
-RESULT_NAME = "isolation" if HOSTS == 1 else "isolation-2hosts"
+# The web's WSGI server: the Procfile's gunicorn, or (to measure what
+# another would change) granian or uWSGI, as bench/web_server.py runs them.
+WEB_SERVER = os.environ.get("BENCH_ISOLATION_WEB_SERVER", "gunicorn")
+RESULT_NAME = "-".join(["isolation", *(["2hosts"] if HOSTS == 2 else []),
+                        *([WEB_SERVER] if WEB_SERVER != "gunicorn" else [])])
 
 
 # --- the system --------------------------------------------------------------------------------
-
-
-def _cpu_ticks(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])  # with reaped children
-    return total
-
-
-def _group(pid: int) -> list[int]:
-    """`pid` and its descendants (gunicorn's workers, Celery's pool and its
-    ffmpeg, PostgreSQL's backends). It read field 7 (the terminal) for the
-    session before, so it found the leader alone: 0 CPU for the web."""
-    from bench.harness import children_of
-
-    return [pid, *children_of(pid, recursive=True)]
 
 
 def _pin(pid: int, cpus: set[int] | None) -> None:
@@ -132,7 +119,7 @@ def _pin(pid: int, cpus: set[int] | None) -> None:
     start later inherits it). Nothing with one host."""
     if cpus is None:
         return
-    for process in _group(pid):
+    for process in process_tree(pid):
         for task in Path(f"/proc/{process}/task").glob("*"):
             try:
                 os.sched_setaffinity(int(task.name), cpus)
@@ -177,8 +164,13 @@ class System:
         django.setup()
         self.logs = work / "logs"
         self.logs.mkdir()
-        self._spawn("web", [str(BIN / "gunicorn"), "project.wsgi", "--bind", f"127.0.0.1:{self.web_port}",
-                            "--workers", "2", "--threads", "4", "--graceful-timeout", "30"])
+        from bench import web_server
+
+        if WEB_SERVER != "gunicorn":
+            web_server.install_tools()
+        self._spawn("web", web_server.server_argv(WEB_SERVER, self.web_port, "project.wsgi:application", ROOT,
+                                                  workers=2, threads=4),
+                    {"PYTHONPATH": os.pathsep.join([str(ROOT), str(web_server.TOOLS)])})
         self.start_workers()
         deadline = time.monotonic() + 60
         while True:
@@ -220,18 +212,13 @@ class System:
         for name in ("cpu", "io"):
             proc = self.procs.pop(name, None)
             if proc and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                stop_process_group(proc, 60)
 
     def cpu_s(self) -> dict[str, float]:
         """CPU seconds so far of each part (its processes and their children)."""
         ticks = os.sysconf("SC_CLK_TCK")
-        parts = {name: _cpu_ticks(_group(proc.pid)) for name, proc in self.procs.items() if proc.poll() is None}
-        parts["postgres"] = _cpu_ticks(_group(self.pg.proc.pid))
+        parts = {name: cpu_ticks(process_tree(proc.pid)) for name, proc in self.procs.items() if proc.poll() is None}
+        parts["postgres"] = cpu_ticks(process_tree(self.pg.proc.pid))
         return {name: t / ticks for name, t in parts.items()}
 
     def close(self) -> None:
@@ -913,7 +900,7 @@ def report(light: dict | None, polls: list[dict], cancel: dict) -> None:
         targets[f"light users' p99 under a hostile user within 1.25x quiet ({ratio:.2f}x)"] = ratio <= 1.25
         targets[f"the hostile user's refusals 4xx, never 5xx ({refusals:,} refused, {server_errors} 5xx)"] = (
             server_errors == 0 and refusals > 0)
-    out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hosts": HOSTS,
+    out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hosts": HOSTS, "web_server": WEB_SERVER,
            "cpus": None if HOSTS == 1 else {"web": sorted(WEB_CPUS), "transcode": sorted(TRANSCODE_CPUS)},
            "light": light, "polls": polls,
            "cancel": cancel, "targets": targets, "load": os.getloadavg()}
@@ -961,7 +948,8 @@ def _plot(light: dict, polls: list[dict], cancel: dict) -> None:
     ax.set_ylabel("Redis CPU (s)")
     ax.set_title(f"cancel {cancel['canceled']:,} of {cancel['backlog']:,} held jobs")
     fig.suptitle("Isolation (bench/isolation.py)" + ("" if HOSTS == 1 else
-                 ": two hosts, web on CPU 0, transcode on CPU 1"))
+                 ": two hosts, web on CPU 0, transcode on CPU 1") + ("" if WEB_SERVER == "gunicorn" else
+                 f"; web served by {WEB_SERVER}"))
     fig.tight_layout()
     fig.savefig(RESULTS / f"{RESULT_NAME}.png", dpi=110)
 
