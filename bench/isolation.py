@@ -763,6 +763,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def _windows(system: System, wait) -> Iterator[dict[str, float]]:
+    """Each part's CPU (cores) over one window after another; `wait()`
+    ends a window (False: no more windows)."""
+    before, t0 = system.cpu_s(), time.monotonic()
+    while wait():
+        after, t1 = system.cpu_s(), time.monotonic()
+        yield {name: (after[name] - before.get(name, 0.0)) / (t1 - t0) for name in after}
+        before, t0 = after, t1
+
+
 def _settle(system: System, *, idle_cores: float = 0.25, window_s: float = 3.0, limit_s: float = 300.0) -> float:
     """Wait until the system is idle again: all its parts together under
     `idle_cores` for two windows in a row (the hostile user's leftovers,
@@ -770,28 +780,21 @@ def _settle(system: System, *, idle_cores: float = 0.25, window_s: float = 3.0, 
     and made that baseline slow). Returns the seconds it took; gives up at
     `limit_s`, saying so."""
     start, calm = time.monotonic(), 0
-    before, t0 = system.cpu_s(), time.monotonic()
-    while calm < 2:
+    for cores in _windows(system, lambda: time.sleep(window_s) or True):
+        calm = calm + 1 if sum(cores.values()) < idle_cores else 0
+        if calm == 2:
+            break
         if time.monotonic() - start > limit_s:
             print(f"not idle after {limit_s:.0f} s: the next phase starts anyway", flush=True)
             break
-        time.sleep(window_s)
-        after, t1 = system.cpu_s(), time.monotonic()
-        busy = sum(after[name] - before.get(name, 0.0) for name in after) / (t1 - t0)
-        calm = calm + 1 if busy < idle_cores else 0
-        before, t0 = after, t1
     return round(time.monotonic() - start, 1)
 
 
 def _sample_cpu(system: System, timeline: list[dict], stop: threading.Event, every_s: float = 5.0) -> None:
     """Each part's CPU (cores) over every `every_s` until `stop`, with the
     interval's end (epoch), to set beside the light uploads' `t0`."""
-    before, t0 = system.cpu_s(), time.monotonic()
-    while not stop.wait(every_s):
-        after, t1 = system.cpu_s(), time.monotonic()
-        cores = {name: round((after[name] - before.get(name, 0.0)) / (t1 - t0), 3) for name in after}
-        timeline.append({"t": round(time.time(), 1), **cores})
-        before, t0 = after, t1
+    for cores in _windows(system, lambda: not stop.wait(every_s)):
+        timeline.append({"t": round(time.time(), 1), **{name: round(c, 3) for name, c in cores.items()}})
 
 
 def main() -> None:
