@@ -6,6 +6,7 @@ with its code and touches nothing else.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import posixpath
@@ -102,7 +103,7 @@ def transcode(attempt: Attempt, then: Callable[[str], None] = lambda part_id: No
                     media.keep_input(key, src)  # for the parts that run on this host
                 _split(attempt, probe, then)
                 if stream is not None:  # the cache gets it as it arrives; the first chunk reads it meanwhile
-                    streamed.hand_over(key, stream)
+                    streamed.hand_over(key, dataclasses.replace(stream, probe=probe))
                     cleanup.pop_all()  # its release is the first chunk's now
                 return None
             if probe.kind == "video":
@@ -142,14 +143,14 @@ def _input(job: Job, key: str, src: Path) -> streamed.Streamed | None:
 
 def _probe(src: Path, stream: streamed.Streamed | None) -> Probe:
     """The input's probe: a streamed video's from its header when it will
-    be split (its first chunk reuses it), else the whole file's, once there."""
+    be split (the split hands it to its first chunk with the stream), else
+    the whole file's, once there."""
     if stream is not None and stream.probe is not None:
         return stream.probe
     if stream is not None:
         stream.wait_head()
         probe = probe_header(src)
         if probe is not None and chunks.should_chunk(probe):
-            stream.probe = probe
             return probe
         stream.growing.wait_all()
     return probe_file(src)

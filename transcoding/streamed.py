@@ -153,10 +153,11 @@ def _moved(moov: bytes, header_size: int, insert_at: int) -> bytes:
     return bytes(out)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Streamed:
     """A video being fetched while its first chunk is encoded: what the
-    split hands to its first chunk in the same slot."""
+    split hands to its first chunk in the same slot, with the header probe
+    it was split on (`probe`, set by the split's hand-over)."""
 
     growing: media.Growing
     layout: Layout
