@@ -44,7 +44,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from django.conf import settings
@@ -106,11 +106,16 @@ def _link(source: Path, dest: Path) -> None:
         shutil.copyfile(source, dest)
 
 
+def _partial(entry: Path) -> Path:
+    """A new partial file's name for `entry`, by its owner (for `sweep`)."""
+    return entry.with_name(f"{entry.name}.part-{owner_tag()}-{uuid.uuid4().hex[:8]}")
+
+
 def _install(entry: Path, fill: Callable[[Path], None]) -> None:
     """Make `entry` whole or not at all: `fill` writes a partial file (named
     by its owner, for `sweep`) that becomes the entry, read-only, by a
     rename."""
-    partial = entry.with_name(f"{entry.name}.part-{owner_tag()}-{uuid.uuid4().hex[:8]}")
+    partial = _partial(entry)
     try:
         fill(partial)
         partial.chmod(0o444)
@@ -252,26 +257,32 @@ class Growing:
 
     def _start(self, known: dict[int, bytes]) -> None:
         entry = self.path
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(entry.with_suffix(".lock"), "a")
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        held = ExitStack()  # the entry's lock, held by the fetch thread until it is done
+        held.enter_context(_locked(entry))
         if entry.exists():  # fetched whole before us
             os.utime(entry)
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            lock.close()
+            held.close()
             self._done = True
             return
-        partial = entry.with_name(f"{entry.name}.part-{owner_tag()}-{uuid.uuid4().hex[:8]}")
-        fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        os.ftruncate(fd, self.size)
+        partial = _partial(entry)
+        with held:  # until the thread holds it: a failure here lets go of the lock and the partial file
+            fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.ftruncate(fd, self.size)
+                for offset, data in known.items():
+                    os.pwrite(fd, data, offset)
+            except BaseException:
+                os.close(fd)
+                partial.unlink(missing_ok=True)
+                raise
+            held = held.pop_all()
         self.path = partial
         for offset, data in known.items():
-            os.pwrite(fd, data, offset)
             self._wrote(offset, offset + len(data))
-        threading.Thread(target=self._fetch, args=(fd, lock, partial, entry), name=f"fetch-{entry.name[:8]}",
+        threading.Thread(target=self._fetch, args=(fd, held, partial, entry), name=f"fetch-{entry.name[:8]}",
                          daemon=True).start()
 
-    def _fetch(self, fd: int, lock, partial: Path, entry: Path) -> None:
+    def _fetch(self, fd: int, held: ExitStack, partial: Path, entry: Path) -> None:
         lower_priority(self._niceness)  # inherited by the range threads it starts
         try:
             _evict(keep=entry)
@@ -289,8 +300,7 @@ class Growing:
             partial.unlink(missing_ok=True)
         finally:
             os.close(fd)
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            lock.close()
+            held.close()
         if self._error is None:
             _evict(keep=entry)
 
