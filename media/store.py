@@ -267,23 +267,6 @@ def fetch_into(key: str, fh: BinaryIO) -> None:
         shutil.copyfileobj(src, fh)
 
 
-@store_call
-def read_range(key: str, start: int, length: int) -> bytes:
-    """`length` bytes of an object from `start` (fewer at its end): a
-    container's header, read before deciding how to fetch the rest."""
-    if length <= 0:
-        return b""
-    if uses_object_storage():
-        body = _client().get_object(Bucket=_bucket(), Key=key, Range=f"bytes={start}-{start + length - 1}")["Body"]
-        try:
-            return body.read()
-        finally:
-            body.close()
-    with open(_local_path(key), "rb") as fh:
-        fh.seek(start)
-        return fh.read(length)
-
-
 # Tries of one range of a streamed fetch whose answer broke off mid-body
 # (botocore retries a request that failed before its body, not this).
 RANGE_TRIES = 3
@@ -311,6 +294,16 @@ def fetch_range(key: str, start: int, end: int, write: Callable[[int, bytes], No
         if at >= end:
             return
     raise StorageUnavailable(f"object storage broke off a download {RANGE_TRIES} times")
+
+
+def read_range(key: str, start: int, length: int) -> bytes:
+    """`length` bytes of an object on object storage from `start`, all within
+    it: a container's header, read before deciding how to fetch the rest
+    (fetch_range's request, gathered)."""
+    out = bytearray()
+    if length > 0:
+        fetch_range(key, start, start + length, lambda _at, data: out.extend(data))
+    return bytes(out)
 
 
 @store_call
