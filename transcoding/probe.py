@@ -36,6 +36,7 @@ from __future__ import annotations
 import heapq
 import os
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from functools import cache
@@ -343,20 +344,35 @@ def _mov_boxes(data: bytes) -> list[tuple[bytes, bytes]]:
     return boxes
 
 
+def top_boxes(read: Callable[[int, int], bytes], size: int,
+              limit: int | None = None) -> Iterator[tuple[int, bytes, int, int]]:
+    """(offset, type, header size, box size) of each top-level box of a file
+    of `size` bytes read with `read(offset, length)`, up to a malformed one
+    (or `limit` boxes): the one walk of both the probe's moov lookup (a local
+    file) and the streamed start's (ranged reads of the store). A box may
+    claim more than the file has; it is the last one yielded."""
+    offset, count = 0, 0
+    while offset + 8 <= size and (limit is None or count < limit):
+        head = read(offset, min(16, size - offset))
+        if len(head) < 8:
+            return
+        kind, header, box = box_header(head, size - offset)
+        if box < header:
+            return
+        yield offset, kind, header, box
+        offset, count = offset + box, count + 1
+
+
 def _mov_header(path: Path) -> bytes:
     """The body of the first top-level moov box, seeking over the others
     (mdat, gigabytes, usually comes first)."""
     with open(path, "rb") as fh:
-        end, offset = os.fstat(fh.fileno()).st_size, 0
-        while offset + 8 <= end:
-            fh.seek(offset)
-            kind, header, size = box_header(fh.read(16), end - offset)
-            if size < header:
-                break
+        def read(offset: int, length: int) -> bytes:
+            return os.pread(fh.fileno(), length, offset)
+
+        for offset, kind, header, size in top_boxes(read, os.fstat(fh.fileno()).st_size):
             if kind == b"moov":
-                fh.seek(offset + header)
-                return fh.read(min(size, MOV_HEADER_MAX_BYTES) - header)
-            offset += size
+                return read(offset + header, min(size, MOV_HEADER_MAX_BYTES) - header)
     return b""
 
 

@@ -41,7 +41,7 @@ from django.conf import settings
 
 import media
 from transcoding.errors import MediaError
-from transcoding.probe import MOV_HEADER_MAX_BYTES, Probe, box_header, probe_file
+from transcoding.probe import MOV_HEADER_MAX_BYTES, Probe, box_header, probe_file, top_boxes
 
 T = TypeVar("T")
 
@@ -94,18 +94,18 @@ def locate(read, size: int) -> Layout | None:
     head = read(0, min(size, HEAD_READ_BYTES))
     if len(head) < 16 or head[4:8] != b"ftyp":
         return None
-    offset, mdat_at, boxes = 0, None, 0
-    while offset + 8 <= size and boxes < MAX_TOP_BOXES:
-        header = head[offset:offset + 16] if offset + 16 <= len(head) else read(offset, min(16, size - offset))
-        if len(header) < 8:
-            return None
-        kind, header_size, box_size = box_header(header, size - offset)
-        if box_size < header_size or offset + box_size > size:
+
+    def cached(offset: int, length: int) -> bytes:
+        return head[offset:offset + length] if offset + length <= len(head) else read(offset, length)
+
+    mdat_at = None
+    for offset, kind, header_size, box_size in top_boxes(cached, size, MAX_TOP_BOXES):
+        if offset + box_size > size:
             return None
         if kind == b"moov":
             if box_size > MOV_HEADER_MAX_BYTES:
                 return None
-            moov = head[offset:offset + box_size] if offset + box_size <= len(head) else read(offset, box_size)
+            moov = cached(offset, box_size)
             if len(moov) != box_size:
                 return None
             try:
@@ -115,7 +115,6 @@ def locate(read, size: int) -> Layout | None:
             return Layout(size=size, head=head, moov_start=offset, moov=moov, fed_moov=fed, insert_at=mdat_at)
         if kind == b"mdat" and mdat_at is None:
             mdat_at = offset
-        offset, boxes = offset + box_size, boxes + 1
     return None
 
 
