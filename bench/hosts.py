@@ -174,13 +174,14 @@ class HostWorker(Worker):
 
     def __init__(self, host: Host, lane: str, *, concurrency: int, log_dir: Path, database_url: str,
                  scratch_dir: Path, clock_offset_s: int = 0, cpus: str | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, include: tuple[str, ...] = ("bench.tasks",)):
         self.host = host
         queue, pool = LANES[lane]
         wrapper = ("taskset", "-c", cpus) if cpus else ()
         super().__init__(
             queue, pool=pool, concurrency=concurrency, name=host.name, log_dir=log_dir, suffix="mh",
             loglevel="INFO", extra_args=(), wrapper=host.command([], wrapper=wrapper), clock_offset_s=clock_offset_s,
+            include=include,
             env={"DATABASE_URL": database_url, "FAIRLANE_SCRATCH_DIR": str(scratch_dir),
                  **(env or {})})
         host.procs.append(self.proc)

@@ -1,4 +1,5 @@
-"""A job that runs until its test lets it go (tests/dispatcher/test_protection_worker.py):
+"""A job that runs until its test lets it go (tests/dispatcher/test_protection_worker.py,
+tests/multihost/test_autoscaling.py):
 the test, not the machine's speed, decides how long a worker is busy."""
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ def flag(job_id: str, what: str) -> str:
     return f"test:hold:{job_id}:{what}"
 
 
-@shared_task(name="bench.cpu.hold", ignore_result=True)
-def hold(job_id: str) -> None:
+@shared_task(name="bench.cpu.hold", ignore_result=True, bind=True)
+def hold(self, job_id: str) -> None:
+    """Runs until the test sets its "go" flag; "started" holds the name of
+    the worker that runs it."""
     client = redis.Redis.from_url(settings.FAIR_REDIS_URL)
-    client.set(flag(job_id, "started"), 1)
+    client.set(flag(job_id, "started"), self.request.hostname or "?")
     deadline = time.monotonic() + HOLD_MAX_S
     while not client.exists(flag(job_id, "go")) and time.monotonic() < deadline:
         time.sleep(0.05)

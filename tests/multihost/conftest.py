@@ -33,7 +33,8 @@ def hosts(tmp_path, live_mail_dir):
         started.append(name)
         worker = HostWorker(host, lane, concurrency=concurrency, log_dir=tmp_path, clock_offset_s=clock_offset_s,
                             database_url=workers_database_url(),
-                            scratch_dir=Path(settings.FAIRLANE_SCRATCH_DIR) / name, env=env)
+                            scratch_dir=Path(settings.FAIRLANE_SCRATCH_DIR) / name, env=env,
+                            include=("bench.tasks", "tests.dispatcher.hold_tasks"))
         if wait:
             worker.wait_ready()
         return worker
