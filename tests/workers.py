@@ -3,14 +3,19 @@ the Procfile starts them, against the test database and Redis."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 
 from bench.harness import Worker
+
+if TYPE_CHECKING:
+    from uploads.models import Job
 
 
 def test_database_url() -> str:
@@ -157,4 +162,23 @@ def attempt_held(job_id: str) -> Iterator[int]:
     try:
         yield pid
     finally:
-        os.kill(pid, signal.SIGCONT)
+        with suppress(ProcessLookupError):  # killed meanwhile (a host that vanished)
+            os.kill(pid, signal.SIGCONT)
+
+
+@contextmanager
+def running_job_held(find: Callable[[], Job | None], timeout_s: float, what: str) -> Iterator[Job]:
+    """A job that `find` returns (a running one with an attempt row), held
+    by `attempt_held` while the database still says it runs: one that ended
+    between being found and being held is let go and another looked for.
+    Inside the block the job runs, and stays so, whatever the machine's speed."""
+    from tests.promise import wait_for
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job = wait_for(find, max(0.1, deadline - time.monotonic()), what)
+        with attempt_held(str(job.id)):
+            job.refresh_from_db()
+            if job.status == job.Status.RUNNING:
+                yield job
+                return

@@ -40,6 +40,7 @@ from tests.promise import (
     wait_all_terminal,
     wait_for,
 )
+from tests.workers import running_job_held
 from transcoding.services import FAULT_POISON_MARKER
 from uploads.models import Job, JobAttempt
 
@@ -121,9 +122,10 @@ def test_sigkill_of_a_cpu_worker_child_mid_transcode(cluster: Cluster, make_user
     cluster.start_cpu("cpu")
     cluster.start_io()
     heavy, light = submit_batch(make_user, api_client_for, media)
-    victim = wait_for(lambda: running_job(heavy), 60, "a transcode in progress")
-    t_fault = time.time()
-    os.kill(attempt_pid(victim), signal.SIGKILL)
+    # Held (SIGSTOP) until it is killed: still running then, however fast the machine.
+    with running_job_held(lambda: running_job(heavy), 60, "a transcode in progress") as victim:
+        t_fault = time.time()
+        os.kill(attempt_pid(victim), signal.SIGKILL)
 
     wait_all_terminal(heavy + light)
     row = promise_kept(heavy + light)
@@ -169,9 +171,9 @@ def test_sigkill_of_a_whole_worker_reruns_its_jobs_on_another(cluster, make_user
     cluster.start_cpu("cpu-b", **extra)
     cluster.start_io(**extra)
     heavy, light = submit_batch(make_user, api_client_for, media, videos=6)
-    victim = wait_for(lambda: running_on(doomed, heavy), 60, "a transcode in progress on cpu-a")
-    t_fault = time.time()
-    os.killpg(doomed.proc.pid, signal.SIGKILL)  # parent and children: nobody left to tell anyone
+    with running_job_held(lambda: running_on(doomed, heavy), 60, "a transcode in progress on cpu-a") as victim:
+        t_fault = time.time()
+        os.killpg(doomed.proc.pid, signal.SIGKILL)  # parent and children: nobody left to tell anyone
     expiry = lease_held(str(victim.id), t_fault, lease_s)
 
     wait_all_terminal(heavy + light)

@@ -22,7 +22,7 @@ from tests.hls_checks import (
 )
 from tests.media import make_video
 from tests.promise import wait_for
-from tests.workers import wait_settled
+from tests.workers import running_job_held, wait_settled
 from uploads.models import Job, JobAttempt, Output
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -85,9 +85,11 @@ def test_canceling_a_chunked_job_stops_its_running_chunk_and_withdraws_the_rest(
     video = make_video(tmp_path / "long.mp4", seconds=SECONDS, size="1280x720", rate=FPS)
     [upload] = post_files(client, [video]).json()["uploads"]
     job_id = upload["job"]["id"]
-    running = wait_for(lambda: Job.objects.filter(parent_id=job_id, part="chunk", status="running").first(), 120,
-                       "a chunk running")
-    assert client.post(f"/api/jobs/{job_id}/cancel/").status_code == 200
+    # Held (SIGSTOP) while the cancel is asked: it is running then, however fast the machine.
+    with running_job_held(lambda: Job.objects.filter(parent_id=job_id, part="chunk", status="running",
+                                                     attempt_log__isnull=False).first(), 120,
+                          "a chunk running") as running:
+        assert client.post(f"/api/jobs/{job_id}/cancel/").status_code == 200
     wait_for(lambda: not Job.objects.filter(parent_id=job_id, status__in=["queued", "running"]).exists(), 30,
              "every part ended")
     assert wait_settled(timeout_s=60)  # nothing left running or in flight in the dispatcher

@@ -32,6 +32,7 @@ from tests.promise import (
     wait_all_terminal,
     wait_for,
 )
+from tests.workers import running_job_held
 from uploads.models import Job, JobAttempt
 
 pytestmark = [pytest.mark.multihost, pytest.mark.django_db(transaction=True)]
@@ -90,9 +91,10 @@ def test_a_vanished_cpu_host_s_jobs_rerun_on_the_other_counted_as_lost_not_crash
     hosts("cpu-b")
     hosts("io-a", "io", concurrency=4)
     heavy, light = submit_batch(make_user, api_client_for, media, videos=5, images=2)
-    victim = wait_for(lambda: running_on("cpu-a", heavy), 120, "a transcode in progress on cpu-a")
-    t_fault = time.time()
-    doomed.host.vanish()  # every process SIGKILLed, its link cut: nothing left to tell anyone
+    # Held (SIGSTOP) until the host vanishes: still running then, however fast the machine.
+    with running_job_held(lambda: running_on("cpu-a", heavy), 120, "a transcode in progress on cpu-a") as victim:
+        t_fault = time.time()
+        doomed.host.vanish()  # every process SIGKILLed, its link cut: nothing left to tell anyone
     expiry = lease_held(str(victim.id), t_fault, LEASE_S)
 
     wait_all_terminal(heavy + light, timeout=240)
@@ -277,8 +279,8 @@ def test_a_host_lost_mid_chunk_costs_only_that_chunk(hosts, make_user, api_clien
         parts = [str(i) for i in Job.objects.filter(parent_id=parent_id, part="chunk").values_list("id", flat=True)]
         return running_on("cpu-a", parts)
 
-    victim = wait_for(chunk_on_a, 120, "a chunk in progress on cpu-a")
-    doomed.host.vanish()
+    with running_job_held(chunk_on_a, 120, "a chunk in progress on cpu-a") as victim:
+        doomed.host.vanish()
     wait_all_terminal([parent_id], timeout=240)
     parent = Job.objects.get(id=parent_id)
     assert parent.status == "succeeded", parent.error
