@@ -12,7 +12,7 @@ under their attempt's own prefix; the database transition publishes.
 
 See docs/storage.md for the design and the settings.
 """
-from media.input_cache import Growing, Stopped, fetch_input, stream_input
+from media.input_cache import Growing, Stopped, fetch_input, input_note, stream_input
 from media.input_cache import keep as keep_input
 from media.keys import export_key, exports_prefix, job_prefix, outputs_prefix, upload_key
 from media.multipart import Part, UploadGone, multipart_abort, multipart_begin, multipart_complete, multipart_put
@@ -42,9 +42,9 @@ from media.store import (
 
 __all__ = [
     "Growing", "Part", "Stopped", "StorageUnavailable", "UploadGone", "attempt_scratch", "content_type_for", "delete",
-    "delete_prefix", "exists", "export_key", "exports_prefix", "fetch", "fetch_input", "fetch_many", "job_prefix",
-    "keep_input", "list_prefix", "multipart_abort", "multipart_begin", "multipart_complete", "multipart_put",
-    "open_file", "open_stream", "outputs_prefix", "presigned_url", "put_file", "put_many", "put_tree", "read_bytes",
-    "read_range", "reset_clients", "save_upload", "scratch_sweep", "size", "stream_input", "upload_key",
-    "uses_object_storage",
+    "delete_prefix", "exists", "export_key", "exports_prefix", "fetch", "fetch_input", "fetch_many", "input_note",
+    "job_prefix", "keep_input", "list_prefix", "multipart_abort", "multipart_begin", "multipart_complete",
+    "multipart_put", "open_file", "open_stream", "outputs_prefix", "presigned_url", "put_file", "put_many",
+    "put_tree", "read_bytes", "read_range", "reset_clients", "save_upload", "scratch_sweep", "size", "stream_input",
+    "upload_key", "uses_object_storage",
 ]

@@ -63,6 +63,11 @@ STALE_PARTIAL_S = 3600
 # and boto3's temporary name beside it, `<entry>.part-<pid>.<8 hex>`.
 _PARTIAL = re.compile(r"^[0-9a-f]{64}\.part-(?P<pid>\d+)(?:-(?P<start>\d+)-[0-9a-f]+|\.[0-9a-fA-F]+)?$")
 _LOCK = re.compile(r"^[0-9a-f]{64}\.lock$")
+# `<entry>.note-<name>` (input_note), and what a note's name may be.
+_NOTE = re.compile(r"^[0-9a-f]{64}\.note-")
+_NOTE_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
+# A note outlives any job that reads it (the parts of one video run within hours).
+NOTE_TTL_S = 24 * 3600
 # A streamed fetch (Growing): ranges of this size, this many at once, and
 # while paced at most this far past the furthest byte a reader waited for.
 RANGE_BYTES = 8 * 1024 * 1024
@@ -132,6 +137,17 @@ def _download(key: str, entry: Path, partial: Path) -> None:
         fh.truncate(size(key))
         _evict(keep=entry)
         fetch_into(key, fh)
+
+
+def input_note(key: str, name: str) -> Path:
+    """Where this host keeps `name`, a fact learnt from the stored input
+    `key` (a whole-file scan's result, transcoding/scan_notes.py), beside
+    its cached copy: the object under a key never changes, so neither does
+    what was learnt from it. Removed with the copy, and by `sweep` after
+    NOTE_TTL_S (media on local disk has no copy to go with)."""
+    if not _NOTE_NAME.fullmatch(name):
+        raise ValueError(f"not a note name: {name!r}")
+    return _entry(key).with_name(f"{_entry(key).name}.note-{name}")
 
 
 def fetch_input(key: str, dest: Path) -> bool:
@@ -378,6 +394,16 @@ def _partial_orphaned(path: Path, now: float) -> bool:
     return stale or not pid_alive(int(match["pid"]))
 
 
+def _note_stale(path: Path, now: float) -> bool:
+    """Whether `path` is a note older than NOTE_TTL_S."""
+    if not _NOTE.match(path.name):
+        return False
+    try:
+        return now - path.stat().st_mtime > NOTE_TTL_S
+    except FileNotFoundError:
+        return False
+
+
 def _lock_orphaned(path: Path) -> bool:
     """Remove the lock file `path` if its entry is not there and nobody holds
     it (a fetch that died, or never finished); whether it went. A process
@@ -396,19 +422,20 @@ def _lock_orphaned(path: Path) -> bool:
 
 def sweep() -> int:
     """Remove what fetches whose process is gone left in the cache: their
-    partial files and lock files. Returns how many files went."""
+    partial files and lock files; and notes older than NOTE_TTL_S. Returns
+    how many files went."""
     root = _root()
     if not root.is_dir():
         return 0
     now, removed = time.time(), 0
     for path in list(root.iterdir()):
-        if _partial_orphaned(path, now):
+        if _partial_orphaned(path, now) or _note_stale(path, now):
             path.unlink(missing_ok=True)
             removed += 1
         elif _lock_orphaned(path):
             removed += 1
     if removed:
-        log.info("input cache: removed %d file(s) of fetches whose process is gone", removed)
+        log.info("input cache: removed %d file(s): fetches whose process is gone, old notes", removed)
     return removed
 
 
@@ -440,5 +467,7 @@ def _evict(*, keep: Path) -> None:
                 continue
             path.unlink(missing_ok=True)
             path.with_suffix(".lock").unlink(missing_ok=True)
+            for note in path.parent.glob(f"{path.name}.note-*"):
+                note.unlink(missing_ok=True)
         total -= size_
         log.info("input cache: evicted %s (%d bytes)", path.name, size_)

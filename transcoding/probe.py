@@ -162,6 +162,13 @@ class Probe:
     def as_json(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: dict) -> Probe:
+        """The probe `as_json` gave; TypeError for anything else."""
+        if not isinstance(data, dict) or not isinstance(data.get("streams"), list):
+            raise TypeError("not a probe")
+        return cls(**{**data, "streams": [StreamInfo(**stream) for stream in data["streams"]]})
+
     @property
     def frame_rate(self) -> float:
         """The source's average frame rate, or DEFAULT_FPS when it gives none
@@ -226,7 +233,8 @@ def probe_header(path: Path) -> Probe | None:
     is not one libavformat reads as mov (its header alone then says too
     little). The scan's checks (truncated files, timestamps the packets do
     not back) are then the parts' own: every other part of a split video
-    probes the whole file before it encodes."""
+    has the whole file's probe before it encodes (once per host:
+    transcoding/scan_notes.py)."""
     return sandbox.run(_probe, path, configured_limits(), True, timeout_s=PROBE_TIMEOUT_S,
                        memory_bytes=settings.FAIRLANE_DECODE_MAX_BYTES)
 

@@ -22,6 +22,7 @@ import media
 from transcoding import chunks, ladder, live, pipelines, streamed
 from transcoding.probe import Probe, probe_file, probe_header
 from transcoding.produced import Produced
+from transcoding.scan_notes import note_passed, probe_noted
 from uploads import parts
 from uploads import services as job_services
 from uploads.attempts import Attempt, AttemptLost, job_attempt_run
@@ -88,7 +89,8 @@ def transcode(attempt: Attempt, then: Callable[[str], None] = lambda part_id: No
             cleanup.callback(stream.growing.release)
         fetched = time.monotonic()
         _poison_check(src)
-        probe = _probe(src, stream)  # also refuses media above the size and duration limits
+        # also refuses media above the size and duration limits
+        probe = _probe(key, src, stream, part=bool(job.parent_id))
         # The progress write doubles as the stop check: when the job is no
         # longer this attempt's (canceled, handed back, taken over) it
         # raises, which kills ffmpeg's process group (transcoding/ffmpeg.py).
@@ -99,8 +101,9 @@ def transcode(attempt: Attempt, then: Callable[[str], None] = lambda part_id: No
             job_services.job_probe_record(job_id=job_id, kind=probe.kind, media_info=probe.as_json(),
                                           cost_estimate=cost_estimate(probe))
             if chunks.should_chunk(probe):
-                if stream is None:
-                    media.keep_input(key, src)  # for the parts that run on this host
+                if stream is None:  # for the parts that run on this host: the input and its scan
+                    media.keep_input(key, src)
+                    note_passed(key, probe)
                 _split(attempt, probe, then)
                 if stream is not None:  # the cache gets it as it arrives; the first chunk reads it meanwhile
                     streamed.hand_over(key, dataclasses.replace(stream, probe=probe))
@@ -141,10 +144,10 @@ def _input(job: Job, key: str, src: Path) -> streamed.Streamed | None:
     return stream
 
 
-def _probe(src: Path, stream: streamed.Streamed | None) -> Probe:
+def _probe(key: str, src: Path, stream: streamed.Streamed | None, *, part: bool) -> Probe:
     """The input's probe: a streamed video's from its header when it will
     be split (the split hands it to its first chunk with the stream), else
-    the whole file's, once there."""
+    the whole file's, once there; a part's, once per host (scan_notes)."""
     if stream is not None and stream.probe is not None:
         return stream.probe
     if stream is not None:
@@ -153,7 +156,7 @@ def _probe(src: Path, stream: streamed.Streamed | None) -> Probe:
         if probe is not None and chunks.should_chunk(probe):
             return probe
         stream.growing.wait_all()
-    return probe_file(src)
+    return probe_noted(key, src) if part else probe_file(src)
 
 
 def _sink(attempt: Attempt, *, on_playable: Callable[[], None] | None = None) -> live.Sink:

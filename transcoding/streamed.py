@@ -41,7 +41,8 @@ from django.conf import settings
 
 import media
 from transcoding.errors import MediaError
-from transcoding.probe import MOV_HEADER_MAX_BYTES, Probe, box_header, probe_file, top_boxes
+from transcoding.probe import MOV_HEADER_MAX_BYTES, Probe, box_header, top_boxes
+from transcoding.scan_notes import probe_noted
 
 T = TypeVar("T")
 
@@ -221,7 +222,7 @@ def encode_scanned(stream: Streamed, src: Path, encode: Callable[[Callable[[], N
     def scan() -> None:
         try:
             stream.growing.wait(0, stream.layout.size, stop=stop, lead=False)
-            probe_file(src)
+            probe_noted(stream.growing.key, src)  # noted for the other parts on this host
         except MediaError as exc:
             refused.append(exc)
         except Exception:  # a failed fetch is the feeds' to report; a stop, nothing

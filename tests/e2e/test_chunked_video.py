@@ -61,6 +61,11 @@ def test_a_long_video_is_one_job_to_its_user_made_of_parts(chunking_workers, mak
     assert split.outcome == "split"
     assert JobAttempt.objects.get(job=kids.get(part="chunk", part_index=0)).worker == split.worker
     assert parent.playable_at is not None and split.started_at < parent.playable_at < parent.finished_at
+    # The source was scanned once on this host: the split's scan (media on
+    # disk) or the first part's (streamed); every other part read its note.
+    note = media.input_note(parent.upload.file.name, "probe-").name
+    log = [line for line in chunking_workers.procs["cpu"].log.read_text().splitlines() if note in line]
+    assert sum("written" in line for line in log) == 1 and sum(" read" in line for line in log) >= 3, log
 
     master = fetch_bundle(parent.outputs.get(name="hls"), tmp_path / "hls")
     for rendition in ("240p", "360p"):
