@@ -52,8 +52,8 @@ from typing import NamedTuple
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, Q
-from django.db.models.functions import Coalesce
+from django.db.models import CharField, Count, F, Min, Q
+from django.db.models.functions import Cast, Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
@@ -416,27 +416,54 @@ def job_notifications_reconcile() -> int:
     notify task of every ended job whose ending was not processed and whose
     task the dispatcher does not hold (Redis was down when the job ended, or
     lost its state since). Jobs that ended within FAIR_RECONCILE_MIN_AGE_S are
-    left to the normal path."""
+    left to the normal path.
+
+    Canceled jobs are read by group, the jobs one cancel ended together (one
+    owner, one `finished_at`), whose one task (`notify.jobs_canceled`) tells
+    them all: a group whose task is held costs the pass one row and one id
+    however many jobs it has (a 5,000-job cancel waiting behind its owner's
+    deliveries was read in full every pass). Only a group whose task is not
+    held has its jobs read, to see whether each has a task of its own (a job
+    canceled alone); if one has none, the group's task is owed again."""
     if not dispatcher.is_fair(Lane.IO_NOTIFY):
         return 0  # plain FIFO (benchmarks' baseline): nothing tells what the broker holds
     settled = timezone.now() - timedelta(seconds=settings.FAIR_RECONCILE_MIN_AGE_S)
-    pending = Job.objects.filter(notify_pending=True, finished_at__lt=settled).values_list(
-        "id", "status", "owner_id", "finished_at")
+    pending = Job.objects.filter(notify_pending=True, finished_at__lt=settled)
     scheduler = dispatcher.scheduler(Lane.IO_NOTIFY)
+    budget_s = passes.BUDGET_S / 2  # each of the two passes below: one reconciler's turn in all
     submitted = 0
-    for rows in passes.pages("job_notifications_reconcile", pending):  # bounded pages (project/passes.py)
-        # A canceled job's ending is owed by its own task (job_finish's) or its group's (a cancel's).
-        groups = sorted({_canceled_task_id(o, f) for _, s, o, f in rows if s == Job.Status.CANCELED})
-        known = scheduler.known_many([_job_finished_task_id(i, s) for i, s, _, _ in rows] + groups)
-        held_groups = {g for g, state in zip(groups, known[len(rows):]) if state is not None}
-        lost = [row for row, mine in zip(rows, known) if mine is None and _canceled_task_id(row[2], row[3])
-                not in held_groups]
-        plans = plans_for({owner_id for _, _, owner_id, _ in lost})
-        groups = {(o, f) for _, s, o, f in lost if s == Job.Status.CANCELED}
-        submitted += sum(job_finished_notify(job_id=i, owner_id=o, status=s, plans=plans)
-                         for i, s, o, _ in lost if s != Job.Status.CANCELED)
-        submitted += dispatcher.enqueue_many([_canceled_submission(o, f, plans) for o, f in sorted(groups)])
+    own = pending.exclude(status=Job.Status.CANCELED).values_list("id", "status", "owner_id")
+    for rows in passes.pages("job_notifications_reconcile", own, budget_s=budget_s):  # bounded pages
+        known = scheduler.known_many([_job_finished_task_id(i, s) for i, s, _ in rows])
+        lost = [row for row, state in zip(rows, known) if state is None]
+        plans = plans_for({owner_id for _, _, owner_id in lost})
+        submitted += sum(job_finished_notify(job_id=i, owner_id=o, status=s, plans=plans) for i, s, o in lost)
+    canceled = pending.filter(status=Job.Status.CANCELED)
+    # A group's page order: its first job's id as text (PostgreSQL has no min(uuid)).
+    groups = (canceled.values("owner_id", "finished_at").annotate(first=Min(Cast("id", output_field=CharField())))
+              .values_list("first", "owner_id", "finished_at"))
+    for page in passes.pages("job_notifications_reconcile_canceled", groups, order="first", budget_s=budget_s):
+        held = scheduler.known_many([_canceled_task_id(o, f) for _, o, f in page])
+        owed = [(o, f) for (_, o, f), state in zip(page, held)
+                if state is None and not _each_has_its_own_task(scheduler, canceled.filter(owner_id=o, finished_at=f))]
+        plans = plans_for({owner_id for owner_id, _ in owed})
+        submitted += dispatcher.enqueue_many([_canceled_submission(o, f, plans) for o, f in owed])
     return submitted
+
+
+def _each_has_its_own_task(scheduler, jobs) -> bool:
+    """Whether the dispatcher holds a notify task of its own for every one
+    of `jobs` (canceled), asked a page at a time, stopping at the first
+    that has none."""
+    ids = jobs.values_list("id", flat=True).order_by("pk")
+    after = None
+    while True:
+        page = list((ids if after is None else ids.filter(pk__gt=after))[:passes.BATCH])
+        if not page:
+            return True
+        if None in scheduler.known_many([_job_finished_task_id(i, Job.Status.CANCELED) for i in page]):
+            return False
+        after = page[-1]
 
 
 def batch_summary_publish(*, batch, owner: AbstractBaseUser) -> Event | None:

@@ -25,11 +25,14 @@ BUDGET_S = 1.0
 _CURSOR = "fairlane:pass-cursor:{name}"
 
 
-def pages(name: str, rows: QuerySet, *, batch: int = BATCH, budget_s: float = BUDGET_S) -> Iterator[list]:
-    """Pages of `rows` (ordered by primary key here; models, values_list rows
-    whose first value is the pk, or flat pks) from where the pass
-    called `name` stopped last, until the budget is spent or the end is
-    reached (the next pass starts from the beginning again)."""
+def pages(name: str, rows: QuerySet, *, batch: int = BATCH, budget_s: float = BUDGET_S,
+          order: str = "pk") -> Iterator[list]:
+    """Pages of `rows` (ordered by `order` here, the primary key unless
+    given: models, values_list rows whose first value is the `order`
+    field, or flat values of it; `order` must be unique among the rows, as
+    an aggregate of the primary key per group is) from where the pass called
+    `name` stopped last, until the budget is spent or the end is reached
+    (the next pass starts from the beginning again)."""
     import dispatcher
     from project.lanes import Lane
 
@@ -38,17 +41,18 @@ def pages(name: str, rows: QuerySet, *, batch: int = BATCH, budget_s: float = BU
     cursor = client.get(key)
     deadline = time.monotonic() + budget_s
     while True:
-        page_rows = rows.order_by("pk")
+        page_rows = rows.order_by(order)
         if cursor is not None:
-            page_rows = page_rows.filter(pk__gt=cursor.decode())
+            page_rows = page_rows.filter(**{f"{order}__gt": cursor.decode()})
         page = list(page_rows[:batch])
         if page:
             yield page
         if len(page) < batch:
             client.delete(key)  # at the end: the next pass starts over
             return
-        last = page[-1]  # a model, a values_list row (its pk first) or a flat pk
-        cursor = str(last.pk if hasattr(last, "pk") else last[0] if isinstance(last, tuple) else last).encode()
+        last = page[-1]  # a model, a values_list row (its `order` value first) or a flat value
+        cursor = str(getattr(last, order) if hasattr(last, order) else last[0] if isinstance(last, tuple)
+                     else last).encode()
         client.set(key, cursor, ex=24 * 3600)
         if time.monotonic() >= deadline:
             return

@@ -146,3 +146,47 @@ def test_the_reconciler_owes_a_lost_group_of_canceled_jobs_one_task(make_user, s
         assert notify.known(services._canceled_task_id(owner.id, at)) is not None
         assert not any(notify.known(f"notify-job-{j.id}-canceled") for j in jobs)
         assert services.job_notifications_reconcile() == 0  # held: owed once
+
+
+@pytest.mark.parametrize("canceled_alone", [False, True])
+def test_a_held_group_costs_the_reconciler_one_id_however_many_jobs_it_has(make_user, settings, monkeypatch,
+                                                                          canceled_alone):
+    """Issue 32 (a pass whose cost grows with one user's rows): a 5,000-job
+    cancel whose group task waits behind its owner's deliveries was read in
+    full, every job's task id asked of Redis, on every pass. Now a held
+    group is one row and one id, for 3 jobs as for 1,200 (over a page). A
+    group whose task is lost is owed it again, unless each of its jobs has
+    a task of its own (canceled alone): then nothing is owed."""
+    import dispatcher
+    from project.lanes import Lane
+    from tests.workers import lane_paused
+
+    settings.FAIR_RECONCILE_MIN_AGE_S = 0
+    notify = dispatcher.scheduler(Lane.IO_NOTIFY)
+    asked: list[int] = []
+    real = type(notify).known_many
+
+    def counted(self, job_ids):
+        asked.append(len(job_ids))
+        return real(self, job_ids)
+
+    monkeypatch.setattr(type(notify), "known_many", counted)
+    with lane_paused("io-notify"):
+        for count in (3, 1200):
+            owner = make_user(f"alice-{count}")
+            at = timezone.now() - datetime.timedelta(seconds=5)
+            jobs = _canceled_together(owner, count, at=at)
+            if canceled_alone:  # each job's own task is held: the group owes nothing
+                plans = services.plans_for({owner.id})
+                for job in jobs:
+                    assert services.job_finished_notify(job_id=str(job.id), owner_id=owner.id, status="canceled",
+                                                        plans=plans)
+                assert services.job_notifications_reconcile() == 0
+                assert notify.known(services._canceled_task_id(owner.id, at)) is None
+            else:
+                assert services.job_notifications_reconcile() == 1  # its task lost: owed again, once
+                assert notify.known(services._canceled_task_id(owner.id, at)) is not None
+                asked.clear()
+                assert services.job_notifications_reconcile() == 0
+                assert asked == [1]  # the held group's task id, and nothing of its jobs
+            Job.objects.filter(owner=owner).update(notify_pending=False)

@@ -40,3 +40,22 @@ def test_pages_of_models_and_of_values_rows_resume_by_their_primary_key(jobs):
     rows = list(passes.pages("t2", Job.objects.values_list("id", "status"), batch=7, budget_s=0))
     assert [str(j.id) for j in models[0]] == jobs[:7]
     assert [str(r[0]) for r in rows[0]] == jobs[7:14]
+
+
+def test_groups_page_by_a_key_of_their_own_and_resume(make_user, redis_client):
+    """A pass over groups (the notify reconciler's canceled jobs, by the
+    cancel that ended them) pages by each group's first id as text:
+    every group once, in pages, resumed where the last pass stopped."""
+    from django.db.models import CharField, Min
+    from django.db.models.functions import Cast
+
+    user = make_user("grouped")
+    upload = Upload.objects.create(owner=user, batch=uuid.uuid4(), filename="a", file="x", size=1)
+    Job.objects.bulk_create([Job(upload=upload, owner=user, lane="cpu-transcode", progress=group)
+                             for group in range(12) for _ in range(3)])
+    groups = (Job.objects.values("progress").annotate(first=Min(Cast("id", output_field=CharField())))
+              .values_list("first", "progress"))
+    first = list(passes.pages("t3", groups, order="first", batch=5, budget_s=0))
+    rest = list(passes.pages("t3", groups, order="first", batch=5, budget_s=60))
+    assert [len(page) for page in first + rest] == [5, 5, 2]
+    assert sorted(progress for page in first + rest for _, progress in page) == list(range(12))
