@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from django.conf import settings
 
@@ -54,6 +55,7 @@ from media.priority import lower_priority
 from media.store import fetch, fetch_into, fetch_range, size, uses_object_storage
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # A partial fetch of an earlier version (no start time in its name)
 # untouched this long belongs to a process that died, whatever its pid
@@ -139,15 +141,40 @@ def _download(key: str, entry: Path, partial: Path) -> None:
         fetch_into(key, fh)
 
 
-def input_note(key: str, name: str) -> Path:
-    """Where this host keeps `name`, a fact learnt from the stored input
-    `key` (a whole-file scan's result, transcoding/scan_notes.py), beside
-    its cached copy: the object under a key never changes, so neither does
-    what was learnt from it. Removed with the copy, and by `sweep` after
-    NOTE_TTL_S (media on local disk has no copy to go with)."""
+def _note_path(key: str, name: str) -> Path:
     if not _NOTE_NAME.fullmatch(name):
         raise ValueError(f"not a note name: {name!r}")
-    return _entry(key).with_name(f"{_entry(key).name}.note-{name}")
+    entry = _entry(key)
+    return entry.with_name(f"{entry.name}.note-{name}")
+
+
+def input_note(key: str, name: str, make: Callable[[], bytes], parse: Callable[[bytes], T]) -> T:
+    """`parse` of the note `name`, a fact learnt from the stored input `key`
+    (a whole-file scan's result, transcoding/scan_notes.py) that this host
+    keeps beside its cached copy: the object under a key never changes, so
+    neither does what was learnt from it. Without a usable note (none, or
+    one `parse` refuses with ValueError or TypeError), `make()` writes it,
+    under the note's lock (two asking at once make it once) and whole or
+    not at all (`_install`); what `make` raises is not noted. A note goes
+    with its input's copy, and by `sweep` after NOTE_TTL_S (media on local
+    disk has no copy to go with)."""
+    note = _note_path(key, name)
+    with _locked(note):
+        try:
+            found = parse(note.read_bytes())
+            log.info("input note %s read", note.name)
+            return found
+        except FileNotFoundError:
+            pass
+        except (ValueError, TypeError) as exc:  # cut short, or from elsewhere: made again
+            log.warning("input note %s unusable, made again: %r", note.name, exc)
+        data = make()
+        try:
+            _install(note, lambda partial: partial.write_bytes(data))
+            log.info("input note %s written", note.name)
+        except OSError as exc:  # a full scratch disk costs the next reader the work, nothing more
+            log.warning("input note %s not written: %r", note.name, exc)
+        return parse(data)
 
 
 def fetch_input(key: str, dest: Path) -> bool:

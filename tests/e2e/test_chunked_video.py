@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import media
+from media import input_cache
 from tests.e2e.test_upload_slice import post_files, wait_terminal
 from tests.hls_checks import (
     continuity_breaks,
@@ -63,7 +64,7 @@ def test_a_long_video_is_one_job_to_its_user_made_of_parts(chunking_workers, mak
     assert parent.playable_at is not None and split.started_at < parent.playable_at < parent.finished_at
     # The source was scanned once on this host: the split's scan (media on
     # disk) or the first part's (streamed); every other part read its note.
-    note = media.input_note(parent.upload.file.name, "probe-").name
+    note = input_cache._note_path(parent.upload.file.name, "probe-").name
     log = [line for line in chunking_workers.procs["cpu"].log.read_text().splitlines() if note in line]
     assert sum("written" in line for line in log) == 1 and sum(" read" in line for line in log) >= 3, log
 

@@ -56,13 +56,13 @@ def test_a_refused_file_is_noted_nowhere(scans, tmp_path):
     for _ in range(2):
         with pytest.raises(MediaError):
             scan_notes.probe_noted(KEY, text)
-    assert len(scans) == 2 and not scan_notes._note(KEY).exists()
+    assert len(scans) == 2 and not input_cache._note_path(KEY, scan_notes.note_name()).exists()
 
 
 @pytest.mark.parametrize("written", ['{"kind": "video", "contai', '{"kind": "video", "streams": [{"nope": 1}]}',
                                      '[1, 2]', "\x00\xff"])
 def test_a_note_that_is_not_a_probe_is_scanned_again_and_replaced(scans, video, written):
-    note = scan_notes._note(KEY)
+    note = input_cache._note_path(KEY, scan_notes.note_name())
     note.parent.mkdir(parents=True)
     note.write_text(written)
     probe = scan_notes.probe_noted(KEY, video)
@@ -94,7 +94,7 @@ def test_two_parts_of_a_host_asking_at_once_scan_once(scans, video):
 
 def test_a_note_goes_with_its_input_and_after_a_day(settings, tmp_path):
     settings.FAIRLANE_SCRATCH_DIR = tmp_path / "scratch"
-    old, fresh = media.input_note("a", "probe-1.json"), media.input_note("b", "probe-1.json")
+    old, fresh = input_cache._note_path("a", "probe-1.json"), input_cache._note_path("b", "probe-1.json")
     old.parent.mkdir(parents=True)
     for note in (old, fresh):
         note.write_text("{}")
@@ -112,4 +112,4 @@ def test_a_note_goes_with_its_input_and_after_a_day(settings, tmp_path):
 def test_a_note_name_stays_in_the_cache(settings, tmp_path, name):
     settings.FAIRLANE_SCRATCH_DIR = tmp_path / "scratch"
     with pytest.raises(ValueError):
-        media.input_note(KEY, name)
+        media.input_note(KEY, name, lambda: b"{}", json.loads)
