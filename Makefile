@@ -95,8 +95,9 @@ bench-isolation: install
 	$(BIN)/python -m bench.isolation $(ARGS)
 
 # What a refused request costs the web host by WSGI server: gunicorn (the
-# Procfile's) against granian and uWSGI (installed into var/bench-tools for
-# the run), a bare app and Fairlane's known refusal. A few minutes.
+# Procfile's before bin/web) against granian and uWSGI (installed into
+# var/bench-tools for the run), a bare app and Fairlane's known refusal.
+# A few minutes.
 bench-web-server: install
 	$(BIN)/python -m bench.web_server $(ARGS)
 

@@ -60,6 +60,20 @@ class Environment:
 DIE_WITH_PARENT: tuple[str, ...] = ("setpriv", "--pdeathsig", "TERM", "--") if shutil.which("setpriv") else ()
 
 
+def web_command(bind: str, *, workers: int = 1, threads: int = 4, app: str | None = None,
+                grace_s: int | None = None) -> tuple[list[str], dict[str, str]]:
+    """(argv, the environment it needs on top of the caller's) for the web
+    process as the Procfile starts it (bin/web: granian serving
+    project.asgi), listening on `bind` (host:port)."""
+    env = {"WEB_BIND": bind, "WEB_WORKERS": str(workers), "WEB_THREADS": str(threads),
+           "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if app:
+        env["WEB_APP"] = app
+    if grace_s is not None:
+        env["WEB_GRACE_S"] = str(grace_s)
+    return [str(ROOT / "bin" / "web")], env
+
+
 def children_of(pid: int, *, recursive: bool = False) -> list[int]:
     """`pid`'s child processes, from /proc; with `recursive` their children
     too, parents before children."""

@@ -2,7 +2,7 @@
 Whatever one user does within its bounds costs the others nothing (issue
 32). Writes bench/results/isolation.json and .png and prints a table.
 
-One system as `make run` starts it (the Procfile's gunicorn, 2 x 4 threads;
+One system as `make run` starts it (the Procfile's bin/web, 2 x 4 threads;
 a prefork transcode worker, one slot per core; a 64-thread notify worker),
 on a private PostgreSQL, Redis and SeaweedFS (object storage, as in
 production), all started here and stopped at the end.
@@ -31,12 +31,13 @@ production), all started here and stopped at the end.
    user left running is not counted as quiet.
    BENCH_ISOLATION_HOSTS=2 runs the same on two hosts as deploy/ does,
    each with a core of its own (CPU affinity; this machine has two): the
-   web host (gunicorn, PostgreSQL, Redis, SeaweedFS, the notify lane, and
+   web host (the web, PostgreSQL, Redis, SeaweedFS, the notify lane, and
    the clients, which stand for other machines) on CPU 0, the transcode
    host (the transcode lane, one slot) on CPU 1; results to
-   isolation-2hosts.json and .png. BENCH_ISOLATION_WEB_SERVER=granian (or
-   uwsgi) serves the web with another WSGI server, as bench/web_server.py
-   runs it (results named with it).
+   isolation-2hosts.json and .png. BENCH_ISOLATION_WEB_SERVER=gunicorn (or
+   granian, uwsgi) serves Django's WSGI app alone with that server, without
+   bin/web's front door, as bench/web_server.py runs it (results named
+   with it).
 2. A batch poll's Redis CPU (the sum of INFO commandstats' usec over a
    round of polls, divided by the polls; the median of three rounds, after
    a round not measured) with 10, 1,000, 10,000 and 100,000 users holding
@@ -104,11 +105,12 @@ if HOSTS not in (1, 2):
 # With two hosts, each host's CPUs (the transcode host's is the machine's last).
 WEB_CPUS = {0} if HOSTS == 2 else None
 TRANSCODE_CPUS = {(os.cpu_count() or 2) - 1} if HOSTS == 2 else None
-# The web's WSGI server: the Procfile's gunicorn, or (to measure what
-# another would change) granian or uWSGI, as bench/web_server.py runs them.
-WEB_SERVER = os.environ.get("BENCH_ISOLATION_WEB_SERVER", "gunicorn")
+# The web's server: the Procfile's bin/web, or (to measure what another
+# would change) gunicorn, granian or uWSGI serving the WSGI app alone, as
+# bench/web_server.py runs them.
+WEB_SERVER = os.environ.get("BENCH_ISOLATION_WEB_SERVER", "bin/web")
 RESULT_NAME = "-".join(["isolation", *(["2hosts"] if HOSTS == 2 else []),
-                        *([WEB_SERVER] if WEB_SERVER != "gunicorn" else [])])
+                        *([WEB_SERVER] if WEB_SERVER != "bin/web" else [])])
 
 
 # --- the system --------------------------------------------------------------------------------
@@ -166,7 +168,7 @@ class System:
         self.logs.mkdir()
         from bench import web_server
 
-        if WEB_SERVER != "gunicorn":
+        if WEB_SERVER in ("granian", "uwsgi"):
             web_server.install_tools()
         self._spawn("web", web_server.server_argv(WEB_SERVER, self.web_port, "project.wsgi:application", ROOT,
                                                   workers=2, threads=4),
@@ -350,9 +352,14 @@ def direct_create(client: Client, files: list[tuple[str, bytes]]) -> list[dict]:
     return created
 
 
-def direct_upload(client: Client, files: list[tuple[str, bytes]], *, threads: int = 8, **claim) -> dict:
-    """Create, PUT every (single-part) file, claim as one batch."""
+def direct_upload(client: Client, files: list[tuple[str, bytes]], *, threads: int = 8, steps: dict | None = None,
+                  **claim) -> dict:
+    """Create, PUT every (single-part) file, claim as one batch; each step's
+    seconds into `steps` (create_s, put_s, claim_s) if given."""
+    steps = {} if steps is None else steps
+    t0 = time.monotonic()
     created = direct_create(client, files)
+    steps["create_s"] = round(time.monotonic() - t0, 3)
 
     def put(pair) -> None:
         upload, (_, body) = pair
@@ -361,9 +368,14 @@ def direct_upload(client: Client, files: list[tuple[str, bytes]], *, threads: in
         if status != 200:
             raise RuntimeError(f"PUT -> {status}")
 
+    t0 = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(put, zip(created, files)))
-    return client.ok("POST", "/api/uploads/", {"direct": [u["id"] for u in created], **claim})
+    steps["put_s"] = round(time.monotonic() - t0, 3)
+    t0 = time.monotonic()
+    answer = client.ok("POST", "/api/uploads/", {"direct": [u["id"] for u in created], **claim})
+    steps["claim_s"] = round(time.monotonic() - t0, 3)
+    return answer
 
 
 def picture(seed: int, size: tuple[int, int], fmt: str) -> bytes:
@@ -382,6 +394,11 @@ def picture(seed: int, size: tuple[int, int], fmt: str) -> bytes:
 # --- the light users -------------------------------------------------------------------------
 
 
+# A light upload's steps: its requests (upload_s: create, PUT to the store,
+# claim), its wait for a worker, its processing.
+STEPS = ("upload_s", "create_s", "put_s", "claim_s", "wait_s", "process_s")
+
+
 def light_round(clients: list[Client], photo: bytes, round_no: int) -> list[dict]:
     """Each light user uploads one picture, one user every LIGHT_SPACING_S; returns
     {user, seconds, status} per upload once every job has ended."""
@@ -391,10 +408,10 @@ def light_round(clients: list[Client], photo: bytes, round_no: int) -> list[dict
     lock = threading.Lock()
 
     def one(i: int) -> None:
-        t0 = time.time()
-        answer = direct_upload(clients[i], [(f"light-{round_no}-{i}.jpg", photo)], threads=1)
+        t0, steps = time.time(), {}
+        answer = direct_upload(clients[i], [(f"light-{round_no}-{i}.jpg", photo)], threads=1, steps=steps)
         with lock:
-            started[answer["uploads"][0]["job"]["id"]] = (i, t0, time.time())
+            started[answer["uploads"][0]["job"]["id"]] = (i, t0, time.time(), steps)
 
     threads = []
     for i in range(len(clients)):
@@ -413,12 +430,12 @@ def light_round(clients: list[Client], photo: bytes, round_no: int) -> list[dict
                 id__in=[j for j in started if j not in done]).exclude(
                 status__in=[Job.Status.QUEUED, Job.Status.RUNNING]).values_list(
                 "id", "status", "finished_at", "started_at"):
-            user, t0, claimed = started[str(job_id)]
+            user, t0, claimed, steps = started[str(job_id)]
             # Where the time went: the upload's requests (create, PUT, claim),
             # the wait for a worker (claimed to started), the processing.
             done[str(job_id)] = {"user": user, "status": status, "seconds": round(finished.timestamp() - t0, 3),
                                  "t0": round(t0, 3),
-                                 "upload_s": round(claimed - t0, 3),
+                                 "upload_s": round(claimed - t0, 3), **steps,
                                  "wait_s": round(began.timestamp() - claimed, 3) if began else None,
                                  "process_s": round(finished.timestamp() - began.timestamp(), 3) if began else None}
         time.sleep(0.2)
@@ -843,7 +860,7 @@ def main() -> None:
                     attacker.finish()
                     settled[f"after hostile {cycle + 1}"] = _settle(system)
                 steps = {step: statistics.median(s[step] for s in phases[phase] if s[step] is not None)
-                         for step in ("upload_s", "wait_s", "process_s")}
+                         for step in STEPS}
                 print(f"{phase} {cycle + 1}: p50 {statistics.median(s['seconds'] for s in phases[phase]):.2f} s, "
                       f"p99 {percentile([s['seconds'] for s in phases[phase]], 0.99):.2f} s so far; medians of its "
                       f"steps: {steps}", flush=True)
@@ -854,8 +871,8 @@ def main() -> None:
         loud = [s["seconds"] for s in phases["hostile"]]
         light_result = None if not CYCLES else {
             **{phase: {"p50_s": statistics.median(times), "p99_s": percentile(times, 0.99), "n": len(times),
-                       **{f"p50_{step}": statistics.median(x[step] for x in phases[phase] if x[step] is not None)
-                          for step in ("upload_s", "wait_s", "process_s")}}
+                       **{f"p{q}_{step}": percentile([x[step] for x in phases[phase] if x[step] is not None], q / 100)
+                          for step in STEPS for q in (50, 90)}}
                for phase, times in (("quiet", quiet), ("hostile", loud))},
             "samples": phases,
             "cpu_s_per_phase_s": {phase: {k: round(v / wall[phase], 3) for k, v in cpu[phase].items()}
@@ -951,7 +968,7 @@ def _plot(light: dict, polls: list[dict], cancel: dict) -> None:
     ax.set_ylabel("Redis CPU (s)")
     ax.set_title(f"cancel {cancel['canceled']:,} of {cancel['backlog']:,} held jobs")
     fig.suptitle("Isolation (bench/isolation.py)" + ("" if HOSTS == 1 else
-                 ": two hosts, web on CPU 0, transcode on CPU 1") + ("" if WEB_SERVER == "gunicorn" else
+                 ": two hosts, web on CPU 0, transcode on CPU 1") + ("" if WEB_SERVER == "bin/web" else
                  f"; web served by {WEB_SERVER}"))
     fig.tight_layout()
     fig.savefig(RESULTS / f"{RESULT_NAME}.png", dpi=110)

@@ -3,7 +3,7 @@
 From an upload being accepted (the job's created_at) to the job page's
 player having decoded its first frame through HLS (the player's
 requestVideoFrameCallback, `data-first-frame`), in headless Chromium
-against a real web server (gunicorn), real workers (the cpu lane, as the
+against a real web server (bin/web, as the Procfile), real workers (the cpu lane, as the
 Procfile starts them) and a private Redis and database, media on disk or
 in object storage.
 
@@ -38,7 +38,7 @@ was accepted.
 Storage (`--storage`): media on disk (the default), or `s3`: a private
 SeaweedFS started for the run as bench/isolation.py starts one, its
 FAIRLANE_STORAGE=s3 and FAIRLANE_S3_* exported before Django is set up, so
-that this process, gunicorn and the workers all use it; the bucket's CORS
+that this process, the web and the workers all use it; the bucket's CORS
 rule written for the site's origin as a deploy does (`storage_setup`); the
 server stopped and its objects deleted at the end.
 
@@ -85,7 +85,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
-from bench.harness import BIN, DIE_WITH_PARENT, ROOT, Environment, Worker, children_of, upload_batch
+from bench.harness import BIN, DIE_WITH_PARENT, ROOT, Environment, Worker, children_of, upload_batch, web_command
 from bench.ports import free_port, free_ports
 
 RESULTS = ROOT / "bench" / "results"
@@ -171,7 +171,7 @@ class Source:
 def object_storage_start(work: Path) -> subprocess.Popen:
     """A private SeaweedFS for the run, as bench/isolation.py starts one;
     its FAIRLANE_STORAGE=s3 and FAIRLANE_S3_* exported here, before Django
-    is set up, so that this process and everything it starts (gunicorn,
+    is set up, so that this process and everything it starts (the web,
     the workers) use it."""
     from project import embedded_seaweedfs
 
@@ -197,23 +197,23 @@ def object_storage_stop(proc: subprocess.Popen, work: Path) -> None:
 def upload_bounds_raise(largest: int) -> None:
     """Let the product take a source of `largest` bytes in this run: its
     per-file bound and a user's bytes in progress, where lower (env, read
-    when Django is set up here and in gunicorn)."""
+    when Django is set up here and in the web)."""
     for name, default in UPLOAD_BOUNDS.items():
         if int(os.environ.get(name, default)) < largest:
             os.environ[name] = str(largest)
 
 
 class Site:
-    """gunicorn as the Procfile starts it, on `port`, static files collected."""
+    """The web process as the Procfile starts it, on `port`, static files collected."""
 
     def __init__(self, log_dir: Path, port: int) -> None:
         subprocess.run([str(BIN / "python"), "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT, check=True)
         self.port = port
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [*DIE_WITH_PARENT, str(BIN / "gunicorn"), "project.wsgi", "--bind", f"127.0.0.1:{self.port}",
-             "--workers", "2", "--threads", "4"],
-            cwd=ROOT, stdout=open(log_dir / "web.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        argv, env = web_command(f"127.0.0.1:{self.port}", workers=2)
+        self.proc = subprocess.Popen([*DIE_WITH_PARENT, *argv], cwd=ROOT, env={**os.environ, **env},
+                                     stdout=open(log_dir / "web.log", "wb"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         deadline = time.monotonic() + 60
         import urllib.request
         while True:

@@ -8,7 +8,7 @@ the web host's CPU each (issue 32). This splits that millisecond: the
 server's own work per connection (a bare WSGI app that answers 429) and
 the whole request through Django (`project.wsgi`, a token whose read rate
 is spent, so `KnownRefusalMiddleware` answers it), under gunicorn as the
-Procfile runs it (gthread, here one worker of 4 threads) against granian
+Procfile ran it before bin/web (gthread, here one worker of 4 threads) against granian
 (Rust) and uWSGI (C), each with one process of 4 threads.
 
 Each request is a new connection (`Connection: close`, as the hostile
@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import cpu_ticks, process_tree, stop_process_group
+from bench.harness import cpu_ticks, process_tree, stop_process_group, web_command
 from bench.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,16 +66,23 @@ def install_tools() -> None:
 SERVERS = ("gunicorn", "granian", "uwsgi")
 
 
+def _procfile_web(port: int, workers: int, threads: int) -> list[str]:
+    argv, env = web_command(f"127.0.0.1:{port}", workers=workers, threads=threads)
+    return ["env", *(f"{name}={value}" for name, value in env.items()), *argv]
+
+
 def server_argv(name: str, port: int, module: str, cwd: Path, *, workers: int = 1,
                 threads: int = THREADS) -> list[str]:
     """A server's command line (granian and uWSGI need TOOLS on PYTHONPATH:
-    install_tools). bench-isolation runs its web with these too."""
+    install_tools). bench-isolation runs its web with these too, or with the
+    Procfile's bin/web (which serves project.asgi whatever `module` says)."""
     return {
         "gunicorn": [str(BIN / "gunicorn"), module, "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
                      "--threads", str(threads), "--chdir", str(cwd)],
         "granian": [sys.executable, "-m", "granian", "--interface", "wsgi", module, "--host", "127.0.0.1",
                     "--port", str(port), "--workers", str(workers), "--blocking-threads", str(threads),
                     "--working-dir", str(cwd)],
+        "bin/web": _procfile_web(port, workers, threads),
         "uwsgi": [str(TOOLS / "bin" / "uwsgi"), "--http-socket", f"127.0.0.1:{port}", "--module", module,
                   "--chdir", str(cwd), "--home", sys.prefix, "--processes", str(workers), "--threads",
                   str(threads), "--disable-logging", "--master", "--die-on-term"],

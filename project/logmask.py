@@ -3,10 +3,9 @@
 An output link (/o/<token>/<file>, uploads/delivery.py) is a bearer
 credential until it expires: whoever reads it downloads the file. Request
 lines and referers carry it (an HLS player fetches every segment with the
-playlist's link as referer), so the web server's access log
-(project/weblog.py) and Django's own request log lines (`MaskSignedLinks`,
-on the console handler in settings.LOGGING) replace the token with
-"[redacted]".
+playlist's link as referer), so the console handler in settings.LOGGING
+(`MaskSignedLinks`) replaces the token with "[redacted]" in every line:
+the web's access lines (project/web_gate.py) and Django's own.
 """
 from __future__ import annotations
 

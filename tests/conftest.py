@@ -76,9 +76,10 @@ def _api_rates_fresh():
     count against the next test's user of the same id."""
     from django.conf import settings
 
-    from uploads.throttling import KEY_PREFIX, known_refusals
+    from uploads.throttling import KEY_PREFIX, known_refusals, known_users
 
     known_refusals.clear()  # and what this process remembers of them
+    known_users.clear()
     client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
     try:
         keys = list(client.scan_iter(match=f"{KEY_PREFIX}*", count=1000))

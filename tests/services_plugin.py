@@ -44,7 +44,7 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
         os.environ["DATABASE_URL"] = server.url
     if os.environ.get("FAIRLANE_STORAGE") == "s3" and not os.environ.get("FAIRLANE_S3_ENDPOINT"):
         # The object-storage run: every process of the run (this one, the
-        # workers, gunicorn) uses one private SeaweedFS.
+        # workers, the web) uses one private SeaweedFS.
         os.environ.update(seaweedfs_server().env())
     _start_redis()
 

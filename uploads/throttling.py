@@ -59,6 +59,10 @@ authenticated and refused are remembered, so nobody can be refused by what
 another user sends; an entry lasts at most a minute (a plan raised meanwhile
 applies from its end, and a token deleted meanwhile is answered 429, not 401,
 until then), and a process remembers at most REMEMBERED_MOST of them.
+The web's front door (project/web_gate.py) asks the same before a request
+takes a thread (`known_refusal`) and holds it on a timer before its 429,
+and keys its turns by the user each credentials were found to be
+(`KnownUsers`, which the throttle fills).
 """
 from __future__ import annotations
 
@@ -66,6 +70,7 @@ import functools
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -190,14 +195,15 @@ class KnownRefusals:
                 self._until.pop(next(iter(self._until)))  # the longest remembered
         self._until.setdefault(self.credentials(request), {})[name] = (until, per_min)
 
-    def refused(self, request: HttpRequest) -> tuple[Refusal, float] | None:
-        """(the refusal, seconds it has left) if this request's credentials
-        are refused for its route class for a while yet."""
-        classes = self._until.get(self.credentials(request))
+    def refused(self, credentials: tuple[str, str], method: str, path: str) -> tuple[Refusal, float] | None:
+        """(the refusal, seconds it has left) if requests with these
+        credentials are refused for the route class of `method` on `path`
+        for a while yet."""
+        classes = self._until.get(credentials)
         if not classes:
             return None
         now = PlanRateThrottle.timer()
-        for name in (SECONDS, _path_route_class(request.method, request.path_info)):
+        for name in (SECONDS, _path_route_class(method, path)):
             until, per_min = classes.get(name, (0.0, 0))
             left = until - now
             if 0 < left <= PERIOD_US / 1_000_000:
@@ -212,10 +218,48 @@ class KnownRefusals:
 known_refusals = KnownRefusals()
 
 
+class KnownUsers:
+    """Whose each credentials are, as the throttle found them authenticated,
+    on this web process: so that project/web_gate.py gives a user one turn
+    however many sessions or tokens their requests come with. At most
+    REMEMBERED_MOST, the least recently seen forgotten first."""
+
+    def __init__(self) -> None:
+        self._users: dict[tuple[str, str], int] = {}
+
+    def remember(self, request: HttpRequest, user_id: int) -> None:
+        credentials = KnownRefusals.credentials(request)
+        if self._users.pop(credentials, None) is None and len(self._users) >= REMEMBERED_MOST:
+            self._users.pop(next(iter(self._users)), None)
+        self._users[credentials] = user_id
+
+    def user_of(self, credentials: tuple[str, str]) -> int | None:
+        return self._users.get(credentials)
+
+    def clear(self) -> None:
+        self._users.clear()
+
+
+known_users = KnownUsers()
+
+
+def known_refusal(credentials: tuple[str, str], method: str, path: str) -> tuple[float, Callable[[int], dict]] | None:
+    """What project/web_gate.py asks before a request takes a thread: the
+    seconds a refusal of these credentials' request has left, and its
+    answer's body for a Retry-After of n seconds; None if it is not refused."""
+    known = known_refusals.refused(credentials, method, path)
+    if known is None:
+        return None
+    refusal, left = known
+    return left, lambda retry_after: {"error": {"code": "throttled", **refusal_details(refusal, retry_after)}}
+
+
 class KnownRefusalMiddleware:
     """Answers an API request whose credentials are refused for its route
     class (or for the web's time) for a while yet, before the session,
-    authentication or Redis; and charges a request that passed with the
+    authentication or Redis (under bin/web the front door, project/web_gate.py,
+    has held and answered most of them before a thread; this answers the
+    rest, and all of them under any other server); and charges a request that passed with the
     time it took (settings.MIDDLEWARE: after security headers and static
     files, so that the time is nearly all of the request's in Django)."""
 
@@ -227,12 +271,11 @@ class KnownRefusalMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if not request.path_info.startswith("/api/"):
             return self.get_response(request)
-        known = known_refusals.refused(request)
+        known = known_refusal(KnownRefusals.credentials(request), request.method, request.path_info)
         if known is not None:
-            refusal, left = known
+            left, body = known
             retry_after = max(1, math.ceil(left))
-            body = {"code": "throttled", **refusal_details(refusal, retry_after)}
-            return JsonResponse({"error": body}, status=429, headers={"Retry-After": str(retry_after)})
+            return JsonResponse(body(retry_after), status=429, headers={"Retry-After": str(retry_after)})
         started = self.clock()
         response = self.get_response(request)
         took = self.clock() - started
@@ -263,6 +306,7 @@ class PlanRateThrottle(BaseThrottle):
         user = request.user
         seconds_key = seconds_per_min = None
         if user is not None and user.is_authenticated:
+            known_users.remember(request._request, user.pk)
             name, who, plan = route_class(request, view), f"user:{user.pk}", limits.limits_for(user_id=user.pk)
             per_min, seconds_per_min = plan.api_per_min[name], plan.api_seconds_per_min
             seconds_key = f"{KEY_PREFIX}{SECONDS}:{who}"
@@ -310,5 +354,6 @@ def refusal_details(refusal: Refusal | None, retry_after: int) -> dict:
             "limit": refusal.per_min, **details}
 
 
-__all__ = ["ANONYMOUS", "KEY_PREFIX", "SECONDS", "KnownRefusalMiddleware", "KnownRefusals", "PlanRateThrottle", "READ",
-           "REPLAY", "Refusal", "UPLOAD", "WRITE", "known_refusals", "refusal_details", "route_class"]
+__all__ = ["ANONYMOUS", "KEY_PREFIX", "SECONDS", "KnownRefusalMiddleware", "KnownRefusals", "KnownUsers",
+           "PlanRateThrottle", "READ", "REPLAY", "Refusal", "UPLOAD", "WRITE", "known_refusal", "known_refusals",
+           "known_users", "refusal_details", "route_class"]

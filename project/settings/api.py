@@ -46,3 +46,15 @@ SPECTACULAR_SETTINGS = {
 # client retrying within a day gets the first answer; after it the key is
 # free again. A day is what Stripe keeps and covers any sane retry loop.
 FAIRLANE_IDEMPOTENCY_TTL_S = int(env("FAIRLANE_IDEMPOTENCY_TTL_S", str(24 * 3600)))
+# The web's front door (project/web_gate.py): Django's threads per web
+# process, and how many one client's requests may hold at once (half: the
+# rest are free for others whatever one client sends); how long a request
+# refused for a while yet is held before its 429 (on a timer, not a
+# thread), and how many of one client's (and of all) are held at once; how
+# many of one client's requests may wait for a thread.
+FAIRLANE_WEB_THREADS = int(env("WEB_THREADS", "4"))
+FAIRLANE_WEB_THREADS_PER_CLIENT = int(env("FAIRLANE_WEB_THREADS_PER_CLIENT", str(max(1, FAIRLANE_WEB_THREADS // 2))))
+FAIRLANE_WEB_REFUSAL_HOLD_S = float(env("FAIRLANE_WEB_REFUSAL_HOLD_S", "2"))
+FAIRLANE_WEB_HELD_PER_CLIENT = int(env("FAIRLANE_WEB_HELD_PER_CLIENT", "256"))
+FAIRLANE_WEB_HELD_MOST = int(env("FAIRLANE_WEB_HELD_MOST", "4096"))
+FAIRLANE_WEB_WAITING_PER_CLIENT = int(env("FAIRLANE_WEB_WAITING_PER_CLIENT", "256"))

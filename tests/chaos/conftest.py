@@ -12,14 +12,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
-from bench.harness import Worker
+from bench.harness import Worker, web_command
 from bench.ports import free_port
 from tests.promise import wait_for
 from tests.workers import test_database_url
@@ -72,12 +71,11 @@ class Cluster:
         return worker
 
     def start_web(self, **extra: str) -> str:
-        """gunicorn, as the Procfile runs it, on a free port."""
+        """The web process, as the Procfile runs it, on a free port."""
         port = free_port()
+        argv, web_env = web_command(f"127.0.0.1:{port}", grace_s=5)
         self.web = subprocess.Popen(
-            [str(Path(sys.executable).parent / "gunicorn"), "project.wsgi", "-b", f"127.0.0.1:{port}", "-w", "1",
-             "--graceful-timeout", "5", "--logger-class", "project.weblog.AccessLogger"],
-            env={**os.environ, **self.env(**extra)}, stdout=open(self.log_dir / "web.log", "wb"),
+            argv, env={**os.environ, **self.env(**extra), **web_env}, stdout=open(self.log_dir / "web.log", "wb"),
             stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.web_url = f"http://127.0.0.1:{port}"

@@ -1,5 +1,5 @@
 """`make run` itself, for the fault-injection suite: bin/run with its
-Procfile processes (gunicorn, both workers, beat, Flower, the sweeper), its
+Procfile processes (the web, both workers, beat, Flower, the sweeper), its
 embedded Redis and, with object storage, its embedded SeaweedFS, in a var/
 folder and on ports of its own; stopped every way a person stops it.
 

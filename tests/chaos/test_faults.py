@@ -69,7 +69,7 @@ def media(tmp_path_factory) -> dict[str, Path]:
 
 
 def post_late_batch(cluster: Cluster, make_user, media) -> list[str]:
-    """After a fault: the web process (gunicorn) accepts a new upload on its
+    """After a fault: the web process (bin/web) accepts a new upload on its
     own reconnected clients, and its job completes like the others."""
     user = make_user(f"late-{uuid.uuid4().hex[:6]}")
     with urllib.request.urlopen(upload_request(cluster.web_url, user.auth_token.key, [media["image"]]),

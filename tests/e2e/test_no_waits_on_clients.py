@@ -1,6 +1,7 @@
 """No database transaction waits on a client (issue 31): a client trickling
-one byte a second into an upload part for a minute holds a web thread and
-nothing else. Meanwhile another user creates, sends, completes and claims
+one byte a second into an upload part for a minute holds a connection and
+nothing else (a small body is read before its request takes a thread:
+project/web_gate.py). Meanwhile another user creates, sends, completes and claims
 uploads through the same web server, a real worker processes them (writing
 progress as it goes), and a progress write like a worker's is timed: none
 of them waits more than a second. Runs on the suite's database, PostgreSQL
@@ -13,17 +14,16 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
 import uuid
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 from PIL import Image
 
+from bench.harness import web_command
 from bench.ports import free_port
 from tests.promise import wait_for
 from tests.workers import Workers, lane_paused
@@ -38,15 +38,14 @@ BOUND_S = 1.0
 
 @pytest.fixture
 def disk_world(tmp_path):
-    """gunicorn (as the Procfile runs it) and a worker pool, both keeping
+    """The web process (as the Procfile runs it) and a worker pool, both keeping
     media on disk in a folder of this test's, on the suite's database."""
     env = {"DATABASE_URL": workers_database_url(), "FAIRLANE_STORAGE": "filesystem",
            "FAIRLANE_MEDIA_ROOT": str(tmp_path / "media")}
     port = free_port()
-    web = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "project.wsgi", "-b", f"127.0.0.1:{port}", "-w", "2",
-         "--threads", "4"], env={**os.environ, **env}, stdout=open(tmp_path / "web.log", "wb"),
-        stderr=subprocess.STDOUT, start_new_session=True)
+    argv, web_env = web_command(f"127.0.0.1:{port}", workers=2)
+    web = subprocess.Popen(argv, env={**os.environ, **env, **web_env}, stdout=open(tmp_path / "web.log", "wb"),
+                           stderr=subprocess.STDOUT, start_new_session=True)
     with lane_paused("cpu-transcode"):
         pool = Workers(tmp_path, env=env, suffix="nowait")
         try:

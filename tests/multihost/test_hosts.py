@@ -293,16 +293,16 @@ def test_a_host_lost_mid_chunk_costs_only_that_chunk(hosts, make_user, api_clien
 
 
 def _web_host(hosts_network, name: str, tmp_path: Path) -> str:
-    """gunicorn on a host of its own, as the Procfile runs it; its URL."""
+    """The web process on a host of its own, as the Procfile runs it; its URL."""
     import os
-    import sys
 
+    from bench.harness import web_command
     from tests.workers import test_database_url
 
     host = hosts_network.add_host(name)
-    host.popen([str(Path(sys.executable).parent / "gunicorn"), "project.wsgi", "--bind", f"{host.address}:8000",
-                "--workers", "1", "--threads", "4"],
-               env={**os.environ, "DATABASE_URL": test_database_url(), "DJANGO_ALLOWED_HOSTS": host.address,
+    argv, web_env = web_command(f"{host.address}:8000")
+    host.popen(argv,
+               env={**os.environ, **web_env, "DATABASE_URL": test_database_url(), "DJANGO_ALLOWED_HOSTS": host.address,
                     "FAIRLANE_UPLOAD_PART_BYTES": str(5 * 1024 * 1024)},
                log=tmp_path / f"{name}.log")
     url = f"http://{host.address}:8000"

@@ -1,12 +1,12 @@
-"""`make run`'s web application (project.wsgi, under its settings) with two
+"""`make run`'s web application (project.asgi, under its settings) with two
 more URLs whose views fail as a bug would: for tests/project/test_error_pages.py,
-served by gunicorn as the Procfile serves the real one."""
+served by bin/web as the Procfile serves the real one."""
 from __future__ import annotations
 
 from django.conf import settings
 from django.urls import path
 
-from project.wsgi import application  # noqa: F401 (what gunicorn serves; sets Django up)
+from project.asgi import application  # noqa: F401 (what bin/web serves; sets Django up)
 from project import urls
 
 BUG = "a bug whose message names {key} and {path}"

@@ -1,8 +1,8 @@
 """`make run` never shows Django's technical error pages: DEBUG is off
 unless DJANGO_DEBUG=1 asks for it, a bug answers the site's own 500 page
 (no settings, no paths, no traceback) and an unknown address its 404 page,
-while the static files are still served. Checked on a real gunicorn with
-make run's environment, as its Procfile starts the web process."""
+while the static files are still served. Checked on the real web process
+(bin/web) with make run's environment, as its Procfile starts it."""
 from __future__ import annotations
 
 import json
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness import web_command
 from bench.ports import free_port
 from tests.promise import wait_for
 
@@ -46,17 +47,15 @@ def test_debug_is_off_unless_asked_for(tmp_path, switch, debug):
 
 @pytest.fixture(scope="module")
 def web(tmp_path_factory):
-    """gunicorn serving tests/project/raising_site.py with make run's
-    environment, its static files collected first as bin/run does."""
+    """The web process serving tests/project/raising_site.py with make
+    run's environment, its static files collected first as bin/run does."""
     var = tmp_path_factory.mktemp("make-run-var")
     env = make_run_env(var)
     manage(env, "collectstatic", "--noinput", "-v0")
     port = free_port()
     log = var / "web.log"
-    proc = subprocess.Popen([str(BIN / "gunicorn"), "tests.project.raising_site:application", "--bind",
-                             f"127.0.0.1:{port}", "--workers", "1", "--no-control-socket", "--access-logfile", "-",
-                             "--logger-class", "project.weblog.AccessLogger"],
-                            cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    argv, web_env = web_command(f"127.0.0.1:{port}", app="tests.project.raising_site:application")
+    proc = subprocess.Popen(argv, cwd=ROOT, env={**env, **web_env}, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
@@ -68,7 +67,7 @@ def web(tmp_path_factory):
         return True
 
     try:
-        wait_for(up, 60, "gunicorn to answer", every=0.2)
+        wait_for(up, 60, "the web process to answer", every=0.2)
         yield url, log, var
     finally:
         proc.terminate()

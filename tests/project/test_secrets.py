@@ -16,6 +16,7 @@ import pytest
 from django.core import signing
 from rest_framework.authtoken.models import Token
 
+from bench.harness import web_command
 from notify import signing as webhook_signing
 from notify.models import Endpoint
 from tests.project.test_settings import ROOT, manage
@@ -77,18 +78,17 @@ def test_django_logs_mask_output_link_tokens(client):
     assert TOKEN not in stream.getvalue()
 
 
-def test_gunicorn_as_the_procfile_runs_it_masks_output_link_tokens(tmp_path):
+def test_the_web_process_as_the_procfile_runs_it_logs_each_request_with_output_link_tokens_masked(tmp_path):
     web = next(line for line in (ROOT / "Procfile").read_text().splitlines() if line.startswith("web:"))
-    assert "--logger-class project.weblog.AccessLogger" in web
+    assert web == "web: exec bin/web"
     from bench.ports import free_port
 
     port = free_port()
     log = tmp_path / "web.log"
+    argv, web_env = web_command(f"127.0.0.1:{port}")
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "gunicorn"), "project.wsgi", "--bind", f"127.0.0.1:{port}",
-             "--workers", "1", "--access-logfile", "-", "--logger-class", "project.weblog.AccessLogger"],
-            cwd=ROOT, env={**os.environ, "DATABASE_URL": worker_database_url()}, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **web_env, "DATABASE_URL": worker_database_url(),
+                                                     "LOG_LEVEL": "INFO"}, stdout=out, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}/o/{TOKEN}/master.m3u8"
         request = urllib.request.Request(url, headers={"Referer": f"http://127.0.0.1:{port}/o/{TOKEN}/a.m3u8"})
@@ -102,7 +102,7 @@ def test_gunicorn_as_the_procfile_runs_it_masks_output_link_tokens(tmp_path):
             return False
 
         wait_for(answered, 60, log.read_text, every=0.2, ignoring=(OSError,))  # OSError: not listening yet
-        wait_for(lambda: "master.m3u8" in log.read_text(), 60, log.read_text)
+        wait_for(lambda: 'm3u8 HTTP/1.1" 404' in log.read_text(), 60, log.read_text)  # the access line
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -230,12 +230,33 @@ def test_a_web_process_remembers_a_bounded_number_of_refused_credentials_the_exp
         known.remember(request, "read", 6, clock.now + 30)
     clock.now += 10
     known.remember(asking[3], "read", 6, clock.now + 30)  # the expired one made room
-    assert [known.refused(r) is not None for r in asking] == [False, True, True, True, False]
+    def refused(request) -> bool:
+        return known.refused(known.credentials(request), request.method, request.path_info) is not None
+
+    assert [refused(r) for r in asking] == [False, True, True, True, False]
     known.remember(asking[4], "read", 6, clock.now + 30)  # none expired: the longest remembered goes
-    assert [known.refused(r) is not None for r in asking] == [False, False, True, True, True]
-    assert known.refused(factory.post("/api/webhooks/", HTTP_AUTHORIZATION="Token t4")) is None  # a write
-    assert known.refused(factory.get("/api/jobs/", HTTP_AUTHORIZATION="Token t4",
-                                     HTTP_COOKIE="sessionid=x")) is None  # other credentials
+    assert [refused(r) for r in asking] == [False, False, True, True, True]
+    assert not refused(factory.post("/api/webhooks/", HTTP_AUTHORIZATION="Token t4"))  # a write
+    assert not refused(factory.get("/api/jobs/", HTTP_AUTHORIZATION="Token t4",
+                                   HTTP_COOKIE="sessionid=x"))  # other credentials
+
+
+def test_a_web_process_learns_whose_credentials_are_whose_from_the_throttle_and_forgets_the_least_recent(
+        make_user, api_client_for, monkeypatch):
+    alice = make_user("alice")
+    client = api_client_for(alice)
+    assert client.get("/api/webhooks/").status_code == 200
+    assert throttling.known_users.user_of((f"Token {alice.auth_token.key}", "")) == alice.pk
+    assert throttling.known_users.user_of(("Token nobody", "")) is None
+    monkeypatch.setattr(throttling, "REMEMBERED_MOST", 2)
+    known = throttling.KnownUsers()
+    factory = RequestFactory()
+    asking = [factory.get("/api/jobs/", HTTP_AUTHORIZATION=f"Token t{i}") for i in range(3)]
+    known.remember(asking[0], 1)
+    known.remember(asking[1], 2)
+    known.remember(asking[0], 1)  # seen again: now the most recent
+    known.remember(asking[2], 3)  # full: t1 goes
+    assert [known.user_of(throttling.KnownRefusals.credentials(r)) for r in asking] == [1, None, 3]
 
 
 class Stopwatch:

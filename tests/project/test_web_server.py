@@ -1,0 +1,87 @@
+"""The web process as the Procfile runs it (bin/web: granian, project.asgi)
+keeps a refused client waiting on a timer while others are served
+(project/web_gate.py), against the suite's database and Redis."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from email.message import Message
+
+import pytest
+
+from bench.harness import ROOT, children_of, web_command
+from bench.ports import free_port
+from tests.promise import wait_for
+from tests.workers import test_database_url as database_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HOLD_S = 5  # FAIRLANE_WEB_REFUSAL_HOLD_S for this server
+
+
+@pytest.fixture
+def web(tmp_path):
+    port = free_port()
+    argv, web_env = web_command(f"127.0.0.1:{port}")
+    log = tmp_path / "web.log"
+    # One read a minute: a user's second read is refused for a minute, longer than a hold.
+    env = {**os.environ, **web_env, "DATABASE_URL": database_url(), "FAIRLANE_API_READS_PER_MIN": "1",
+           "FAIRLANE_WEB_REFUSAL_HOLD_S": str(HOLD_S), "LOG_LEVEL": "INFO"}
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: get(url + "/accounts/login/", "")[0] == 200, 60, log.read_text, every=0.2,
+                 ignoring=(OSError,))
+        yield url, log, proc.pid  # bin/web execs granian: its main process
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def get(url: str, token: str) -> tuple[int, Message, bytes, float]:
+    """(status, headers, body, seconds it took)."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Token {token}"} if token else {})
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return resp.status, resp.headers, resp.read(), time.monotonic() - started
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers, err.read(), time.monotonic() - started
+
+
+def test_a_refused_clients_requests_are_held_before_their_429_while_another_user_is_served(web, make_user):
+    url, log, _ = web
+    heavy, light = make_user("heavy").auth_token.key, make_user("light").auth_token.key
+    batches = url + "/api/batches/"
+    assert get(batches, heavy)[0] == 200
+    status, headers, body, took = get(batches, heavy)  # refused by the throttle, which the gate learns
+    assert status == 429 and took < HOLD_S and json.loads(body)["error"]["code"] == "throttled"
+    with ThreadPoolExecutor(20) as pool:
+        held = [pool.submit(get, batches, heavy) for _ in range(16)]
+        # Served while the heavy user's 16 are held: they hold none of the 4 threads.
+        status, _, body, _ = get(batches, light)
+        assert status == 200 and "results" in json.loads(body)
+        assert not any(future.done() for future in held)
+        for future in held:
+            status, headers, body, took = future.result()
+            error = json.loads(body)["error"]
+            assert status == 429 and took >= HOLD_S - 0.05, (status, took)
+            assert error["code"] == "throttled" and error["route_class"] == "read" and error["limit"] == 1
+            assert 1 <= int(headers["Retry-After"]) == error["retry_after"] <= 60 - HOLD_S + 1
+    # Every request has its access line (written by the gate).
+    wait_for(lambda: log.read_text().count('"GET /api/batches/ HTTP/1.1" 429') == 17, 10, log.read_text)
+    assert log.read_text().count('"GET /api/batches/ HTTP/1.1" 200') == 2
+
+
+def test_a_web_worker_that_dies_is_started_again(web):
+    url, log, main = web
+    [worker] = children_of(main)
+    os.kill(worker, 9)  # as the OOM killer would
+    wait_for(lambda: children_of(main) not in ([], [worker]), 30, log.read_text, every=0.2)
+    wait_for(lambda: get(url + "/accounts/login/", "")[0] == 200, 30, log.read_text, every=0.2, ignoring=(OSError,))
