@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -13,7 +14,10 @@ from project.web_gate import FairSlots, WebGate
 
 
 def run(coroutine):
-    return asyncio.run(asyncio.wait_for(coroutine, 30))
+    """The scenario on a loop of its own, in a thread of its own (the
+    browser tests leave Playwright's loop running in the main thread)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, asyncio.wait_for(coroutine, 30)).result()
 
 
 async def settle() -> None:
