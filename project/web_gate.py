@@ -45,7 +45,7 @@ import json
 import logging
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -83,7 +83,7 @@ class FairSlots:
         self.free = slots
         self.per_client = per_client
         self.waiting_most = waiting_most
-        self._holding: dict[Client, int] = {}
+        self._holding: Counter[Client] = Counter()
         self._waiting: dict[Client, deque[asyncio.Future]] = {}
         self._turns: deque[Client] = deque()  # clients that wait, in turn
 
@@ -91,7 +91,7 @@ class FairSlots:
         return len(self._waiting.get(client, ()))
 
     def holding(self, client: Client) -> int:
-        return self._holding.get(client, 0)
+        return self._holding[client]
 
     async def enter(self, client: Client) -> bool:
         """Takes a place, waiting for its turn; False (and no place) if the
@@ -120,10 +120,7 @@ class FairSlots:
     def leave(self, client: Client) -> None:
         """Gives the client's place back, to the next waiting client in turn
         that is under its bound, or free."""
-        if self._holding[client] == 1:
-            del self._holding[client]
-        else:
-            self._holding[client] -= 1
+        _count(self._holding, client, -1)
         self.free += 1
         # Clients at their bound keep their turn and are passed over: at most
         # `slots` of them can wait, so this looks at a few clients, not all.
@@ -148,7 +145,7 @@ class FairSlots:
 
     def _take(self, client: Client) -> None:
         self.free -= 1
-        self._holding[client] = self._holding.get(client, 0) + 1
+        _count(self._holding, client, 1)
 
     def _forget(self, client: Client, turn: asyncio.Future) -> None:
         queue = self._waiting.get(client)
@@ -176,8 +173,7 @@ class WebGate:
         self.hold_s = hold_s
         self.held_per_client = held_per_client
         self.held_most = held_most
-        self._held: dict[Client, int] = {}
-        self._held_all = 0
+        self._held: Counter[Client] = Counter()  # requests held now, by client
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -193,21 +189,20 @@ class WebGate:
                 status["bytes"] += len(message.get("body", b""))
             await send(message)
 
-        try:
-            await self._handle(scope, receive, counted)
-        finally:
-            _log_access(scope, status["code"], status["bytes"], time.perf_counter() - started)
-
-    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _headers(scope)
+        try:
+            await self._handle(scope, headers, receive, counted)
+        finally:
+            _log_access(scope, headers, status["code"], status["bytes"], time.perf_counter() - started)
+
+    async def _handle(self, scope: Scope, headers: dict[str, str], receive: Receive, send: Send) -> None:
         credentials = (headers.get("authorization", ""),
                        parse_cookie(headers.get("cookie", "")).get(self.session_cookie, ""))
         client = self._client(credentials, scope)
         method, path = scope["method"], scope["path"]
         if path.startswith("/api/") and (known := self.refused(credentials, method, path)) is not None:
-            left, body = known
-            if self._held.get(client, 0) < self.held_per_client and self._held_all < self.held_most:
-                await self._hold(client, min(left, self.hold_s))
+            if self._held[client] < self.held_per_client and self._held.total() < self.held_most:
+                await self._hold(client, min(known[0], self.hold_s))
                 known = self.refused(credentials, method, path)
             if known is not None:
                 left, body = known
@@ -232,16 +227,11 @@ class WebGate:
         return credentials if user is None else ("user", str(user))
 
     async def _hold(self, client: Client, seconds: float) -> None:
-        self._held[client] = self._held.get(client, 0) + 1
-        self._held_all += 1
+        _count(self._held, client, 1)
         try:
             await asyncio.sleep(seconds)
         finally:
-            self._held_all -= 1
-            if self._held[client] == 1:
-                del self._held[client]
-            else:
-                self._held[client] -= 1
+            _count(self._held, client, -1)
 
 
 async def _read_ahead(receive: Receive, most: int) -> Receive:
@@ -263,6 +253,13 @@ async def _read_ahead(receive: Receive, most: int) -> Receive:
     return replay
 
 
+def _count(counts: Counter, key: Client, by: int) -> None:
+    """Adds `by` to a count, dropping it at zero (a client seen once is not kept)."""
+    counts[key] += by
+    if not counts[key]:
+        del counts[key]
+
+
 def _headers(scope: Scope) -> dict[str, str]:
     """The request's headers by lower-case name (latin-1, as WSGI reads
     them); a repeated header keeps its last value."""
@@ -277,10 +274,9 @@ async def _answer(send: Send, status: int, body: dict, retry_after: int) -> None
     await send({"type": "http.response.body", "body": content})
 
 
-def _log_access(scope: Scope, status: int, size: int, seconds: float) -> None:
+def _log_access(scope: Scope, headers: dict[str, str], status: int, size: int, seconds: float) -> None:
     if not access_log.isEnabledFor(logging.INFO):
         return
-    headers = _headers(scope)
     query = scope.get("query_string", b"").decode("latin-1")
     target = scope["path"] + (f"?{query}" if query else "")
     access_log.info('%s "%s %s HTTP/%s" %s %s "%s" "%s" %.3fs', (scope.get("client") or ("-",))[0],

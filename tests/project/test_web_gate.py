@@ -205,7 +205,7 @@ def test_a_known_refusal_is_held_on_a_timer_then_answered_429_without_reaching_d
         assert status == 429 and held >= 0.19
         assert json.loads(body) == {"error": {"code": "throttled", "retry_after": 30}}
         assert headers["retry-after"] == "30" and headers["content-type"] == "application/json"
-        assert inner.seen == [] and gate._held == {} and gate._held_all == 0
+        assert inner.seen == [] and gate._held == {} and gate._held.total() == 0
         # Another user, and the same user's pages (not /api/), go straight in.
         assert (await call(gate, scope(token="t2")))[0] == 200
         assert (await call(gate, scope(path="/batches/")))[0] == 200
@@ -238,13 +238,13 @@ def test_past_its_held_most_a_clients_refusals_are_answered_at_once():
         assert (await call(gate, scope()))[0] == 429 and loop.time() - started < 5  # t1 has 2 held
         held.append(asyncio.create_task(call(gate, scope(token="t2"))))
         await settle()
-        assert gate._held_all == 3
+        assert gate._held.total() == 3
         assert (await call(gate, scope(token="t2")))[0] == 429 and loop.time() - started < 5  # all 3 held
         assert not any(task.done() for task in held)
         for task in held:
             task.cancel()
         await asyncio.gather(*held, return_exceptions=True)
-        assert gate._held == {} and gate._held_all == 0
+        assert gate._held == {} and gate._held.total() == 0
 
     run(scenario())
 
