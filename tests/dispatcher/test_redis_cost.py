@@ -6,16 +6,10 @@ same commands), unlike timings; `make bench-fairness` measures the whole
 path with Celery's own commands beside it."""
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import redis
 
 from bench import dispatch_workload
-from bench.ports import free_port
 
 USERS, JOBS_PER_USER = 20, 5
 # Steady state of a lane with backlogs: a submit stores the job, reads its
@@ -36,20 +30,6 @@ SUBMIT_BUDGET, FINISH_BUDGET = 5.5, 13.0
 # finish releases nothing: 15 (24 with a hash per key; 29 before the direct
 # release).
 KEEPING_UP_BUDGET = 15
-
-
-@pytest.fixture
-def private_redis() -> Iterator[redis.Redis]:
-    from project import embedded_redis
-
-    data_dir, port = Path(tempfile.mkdtemp(prefix="fairlane-cost-redis-")), free_port()
-    proc = embedded_redis.spawn(data_dir, port, persist=False)
-    try:
-        yield redis.Redis(port=port)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def test_a_job_costs_at_most_its_budget_of_commands(private_redis):
