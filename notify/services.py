@@ -540,9 +540,18 @@ def endpoint_delete(*, endpoint: Endpoint) -> None:
     deliveries to delete made the delete fail at its commit, where
     PostgreSQL checks foreign keys (a 500 to the owner; bench-isolation met
     it). From the lock on, such a delivery waits for the delete and is
-    refused at its own commit (event_publish then publishes without it)."""
+    refused at its own commit (event_publish then publishes without it).
+
+    Then its deliveries' rows are locked. A try records its answer by
+    updating its delivery and adding an attempt row in one transaction; one
+    that had added its row, uncommitted, when Django deleted the attempts
+    it could see made the delete fail the same way once the try committed.
+    Locked first, the delete waits for such a try and then sees its row; a
+    try that comes later waits for the delete and finds its delivery gone
+    ("stale"). The rows locked are the rows the delete removes anyway."""
     with transaction.atomic():
         if Endpoint.objects.select_for_update().filter(pk=endpoint.pk).exists():
+            list(Delivery.objects.select_for_update().filter(endpoint_id=endpoint.pk).values_list("pk", flat=True))
             endpoint.delete()
     log.info("webhook endpoint %s of user %s deleted", endpoint.id, endpoint.owner_id)
 

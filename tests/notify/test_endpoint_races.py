@@ -94,3 +94,68 @@ def test_an_event_whose_endpoint_went_meanwhile_still_reaches_the_other_targets(
     event = services.event_publish(owner=alice, event_type="job.failed", key="job.failed:x", data={})
     assert event is not None and len(calls) == 2
     assert set(Delivery.objects.filter(event=event).values_list("endpoint_id", flat=True)) == {kept.pk}
+
+
+
+def test_a_try_recorded_while_its_endpoint_is_deleted_does_not_fail_the_delete(make_user, make_endpoint):
+    """The same meeting one step later: a try of one of the endpoint's
+    deliveries has stored its attempt row, not yet committed, when the
+    delete runs. The delete removed the attempts it could see, then waited
+    for the try's lock on the delivery, and failed at its commit: the try's
+    attempt still referenced the delivery (a 500 to the owner;
+    bench-isolation met it). Now the delete succeeds, the try's answer is
+    kept until then, and nothing of the endpoint is left."""
+    from django.db.models.signals import post_save
+    from django.utils import timezone
+
+    from notify import transport
+    from notify.models import DeliveryAttempt
+
+    alice = make_user("alice")
+    endpoint = make_endpoint(alice, "http://127.0.0.1:9/hook")
+    event = Event.objects.create(owner=alice, type="job.succeeded", key="race", payload={})
+    delivery = Delivery.objects.create(event=event, channel="webhook", endpoint_id=endpoint.id)
+    claimed = services._claim(str(delivery.id), delivery.seq)  # a try under way: sending, counted
+    inserted, go = threading.Event(), threading.Event()
+    outcome: dict = {}
+
+    def hold(sender, instance, **kwargs) -> None:  # the attempt row stored, its transaction open
+        if threading.current_thread() is recorder:
+            inserted.set()
+            go.wait(60)
+
+    def record() -> None:  # the notify lane, its answer in hand
+        try:
+            outcome["recorded"] = services._record(
+                claimed, started=timezone.now(), answer=transport.Response(status=200, latency_ms=5),
+                retryable=True)
+        finally:
+            connection.close()
+
+    def release_once_the_delete_waits(pid: int) -> None:
+        deadline = time.monotonic() + 60
+        while not _waiting_on_a_lock(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        go.set()
+        connection.close()
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        deleting = cursor.fetchone()[0]
+    recorder = threading.Thread(target=record)
+    post_save.connect(hold, sender=DeliveryAttempt)
+    try:
+        recorder.start()
+        assert inserted.wait(60)
+        releaser = threading.Thread(target=release_once_the_delete_waits, args=(deleting,))
+        releaser.start()
+        services.endpoint_delete(endpoint=endpoint)
+    finally:
+        go.set()
+        post_save.disconnect(hold, sender=DeliveryAttempt)
+    recorder.join(timeout=60)
+    releaser.join(timeout=60)
+    assert outcome.get("recorded") == "succeeded", outcome
+    assert not Endpoint.objects.filter(pk=endpoint.pk).exists()
+    assert not Delivery.objects.filter(pk=delivery.pk).exists()
+    assert not DeliveryAttempt.objects.filter(delivery_id=delivery.pk).exists()
