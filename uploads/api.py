@@ -542,7 +542,8 @@ def _batch_bodies(request: Request, batches: list[Batch]) -> list[dict]:
     the dispatcher's lane summary and of the user's measured rates)."""
     progress = selectors.batches_progress(batch_ids=[batch.id for batch in batches])
     unfinished = {b.id: progress[b.id].last_created_at for b in batches if progress[b.id].unfinished}
-    backlogs = selectors.backlog_until(user=request.user, until=unfinished)
+    seen = [(b.id, sorted(progress[b.id].counts.items()), progress[b.id].progress) for b in batches]
+    backlogs = selectors.backlog_until_reused(user=request.user, until=unfinished, seen=seen)
     finish = estimates.batch_estimates(user_id=request.user.pk, backlogs=backlogs, now=timezone.now())
     bodies = []
     for batch in batches:

@@ -58,3 +58,9 @@ FAIRLANE_WEB_REFUSAL_HOLD_S = float(env("FAIRLANE_WEB_REFUSAL_HOLD_S", "2"))
 FAIRLANE_WEB_HELD_PER_CLIENT = int(env("FAIRLANE_WEB_HELD_PER_CLIENT", "256"))
 FAIRLANE_WEB_HELD_MOST = int(env("FAIRLANE_WEB_HELD_MOST", "4096"))
 FAIRLANE_WEB_WAITING_PER_CLIENT = int(env("FAIRLANE_WEB_WAITING_PER_CLIENT", "256"))
+# A batch poll's estimate reads the user's unfinished work per rate key (a
+# grouped aggregate over all of their queued jobs: ~130 ms at 10,000). A web
+# process reuses it for this long while the polled batches' counts and
+# progress are unchanged, so a user's many open pages cost one aggregate
+# per interval, not one per poll (uploads/selectors.py). 0: never reused.
+FAIRLANE_ESTIMATE_REUSE_S = float(env("FAIRLANE_ESTIMATE_REUSE_S", "2"))

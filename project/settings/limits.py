@@ -52,10 +52,13 @@ FAIRLANE_API_UPLOADS_PER_MIN = int(env("FAIRLANE_API_UPLOADS_PER_MIN", "1200"))
 FAIRLANE_API_REPLAYS_PER_MIN = int(env("FAIRLANE_API_REPLAYS_PER_MIN", "60"))
 # The web's time for one user's API requests, seconds a minute, all classes
 # together (uploads/throttling.py): requests are counted above, but one may
-# cost 5 ms and another 5 s. 60 is one web thread's worth of the Procfile's
-# 2 x 4 on average, a user's whole minute of it at once: a page's polls take
-# a few seconds a minute, a 2,000-file claim a few seconds once.
-FAIRLANE_API_SECONDS_PER_MIN = int(env("FAIRLANE_API_SECONDS_PER_MIN", "60"))
+# cost 5 ms and another 5 s. 20 is a third of one web thread on average:
+# an upload page's polls take 2-5 s a minute, a 2,000-file claim a few
+# seconds once, a 5,000-job batch cancel or retry 1-4 s. 60 (a whole
+# thread) let one user keep half of a one-core web host busy with its
+# batch cancels, retries and polls: the light users' p99 beside it was 3.1x
+# quiet in bench-isolation, 1.36x at 10 (docs/benchmarks.md).
+FAIRLANE_API_SECONDS_PER_MIN = int(env("FAIRLANE_API_SECONDS_PER_MIN", "20"))
 # Anonymous requests (the schema and its docs page; everything else needs a user), per address.
 FAIRLANE_API_ANON_PER_MIN = int(env("FAIRLANE_API_ANON_PER_MIN", "60"))
 # Like a plan's own limits (project/plans.py), the defaults are at least 1

@@ -158,6 +158,39 @@ def test_an_unfinished_batch_has_an_estimate_labelled_as_one(make_user, api_clie
     assert estimate["finish_low_at"] < body["estimated_finish_at"] < estimate["finish_high_at"]
 
 
+def test_polls_reuse_the_users_backlog_until_the_polled_batches_change(make_user, api_client_for, redis_client,
+                                                                        settings, monkeypatch):
+    """A user's many open pages poll the same batches: the grouped aggregate
+    over their unfinished jobs (most of a poll's database time at 10,000
+    jobs) runs once per FAIRLANE_ESTIMATE_REUSE_S, not once per poll; a job
+    of the polled batch that moves is seen by the next poll; with the
+    setting at 0 every poll asks."""
+    from uploads import selectors
+
+    settings.FAIRLANE_ESTIMATE_REUSE_S = 3600
+    alice = make_user("alice")
+    batch = make_batch(alice, ["queued", "queued", "queued"])
+    client = api_client_for(alice)
+    aggregates = []
+    real = selectors.backlog_until
+
+    def counted(**kwargs):
+        aggregates.append(kwargs["user"].pk)
+        return real(**kwargs)
+
+    monkeypatch.setattr(selectors, "backlog_until", counted)
+
+    def remaining() -> float:
+        return client.get("/api/batches/").json()["results"][0]["estimate"]["remaining_worker_s"]
+
+    assert remaining() == remaining() == remaining() == 30.0
+    assert len(aggregates) == 1
+    Job.objects.filter(upload__batch=batch.id).order_by("created_at").first().delete()  # one file less
+    assert remaining() == 20.0 and len(aggregates) == 2
+    settings.FAIRLANE_ESTIMATE_REUSE_S = 0  # never reused
+    assert remaining() == remaining() == 20.0 and len(aggregates) == 4
+
+
 def test_the_estimate_prices_the_users_files_at_their_measured_rate_with_its_range(make_user, api_client_for,
                                                                                     redis_client):
     """Ten photos waiting behind nothing; the user's last 64 photos took
