@@ -83,6 +83,7 @@ NOTIFY_COST_S = 0.05
 # A pending delivery whose try is this overdue was lost by the dispatcher.
 RECONCILE_AFTER_S = 60.0
 TERMINAL_JOB_STATUSES = ("succeeded", "failed", "canceled")
+UNFINISHED_JOB_STATUSES = ("queued", "running")
 
 
 # --- entering the lane -----------------------------------------------------------
@@ -475,10 +476,16 @@ def batch_summary_publish(*, batch, owner: AbstractBaseUser) -> Event | None:
     It reads well at 2,000 files: the counts, the failed files (at most
     NOTIFY_BATCH_FAILURES_LISTED, then how many more), and one link, to the
     batch's page, where every file is. The check for unfinished jobs comes
-    first and is one indexed EXISTS, since every job's task asks it."""
-    jobs = Job.objects.filter(upload__batch=batch)
+    first and is one indexed EXISTS, since every job's task asks it.
+
+    Both are asked of the owner's jobs (a batch's jobs are its owner's).
+    Asked of the batch alone, PostgreSQL walked every user's unfinished
+    jobs, or every upload, until it met one of this batch: 1-2 ms with
+    nobody else waiting, 8-12 ms with 20,000 or 100,000 other users' jobs
+    queued, for every job that ends."""
+    jobs = Job.objects.filter(owner=owner, upload__batch=batch)
     key = f"batch.completed:{batch}"
-    if jobs.exclude(status__in=TERMINAL_JOB_STATUSES).exists() or Event.objects.filter(key=key).exists():
+    if jobs.filter(status__in=UNFINISHED_JOB_STATUSES).exists() or Event.objects.filter(key=key).exists():
         return None  # not ended yet, or told already: before the counts, which read the whole batch
     counts = {row["status"]: row["n"] for row in jobs.values("status").annotate(n=Count("id")).order_by("status")}
     if not counts:
