@@ -53,7 +53,7 @@ FAIRLANE_API_REPLAYS_PER_MIN = int(env("FAIRLANE_API_REPLAYS_PER_MIN", "60"))
 # The web's time for one user's API requests, seconds a minute, all classes
 # together (uploads/throttling.py): requests are counted above, but one may
 # cost 5 ms and another 5 s. 20 is a third of one web thread on average:
-# an upload page's polls take 2-5 s a minute, a 2,000-file claim a few
+# an upload page's polls take ~2-5 s a minute (estimated), a 2,000-file claim a few
 # seconds once, a 5,000-job batch cancel or retry 1-4 s. 60 (a whole
 # thread) let one user keep half of a one-core web host busy with its
 # batch cancels, retries and polls: the light users' p99 beside it was 3.1x
