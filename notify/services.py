@@ -82,8 +82,6 @@ TASK_DELIVER = "notify.deliver"
 NOTIFY_COST_S = 0.05
 # A pending delivery whose try is this overdue was lost by the dispatcher.
 RECONCILE_AFTER_S = 60.0
-TERMINAL_JOB_STATUSES = ("succeeded", "failed", "canceled")
-UNFINISHED_JOB_STATUSES = ("queued", "running")
 
 
 # --- entering the lane -----------------------------------------------------------
@@ -111,7 +109,7 @@ def job_finished_notify(*, job_id, owner_id: int, status: str, plans: Plans | No
     """A job ended (called on commit): tell its owner, off the request/worker
     path. False when the task was held already (or the status is not an end).
     `plans`: the owners' plans when the caller has them (plans_for)."""
-    if status not in TERMINAL_JOB_STATUSES:
+    if status not in Job.TERMINAL:
         return False
     return _enqueue(TASK_JOB_FINISHED, [str(job_id), status], task_id=_job_finished_task_id(job_id, status),
                     owner_id=owner_id, plans=plans)
@@ -130,7 +128,7 @@ def jobs_finished_receive(events: list[JobFinished]) -> None:
     its own, only its batch's summary to publish, and 5,000 tasks asking
     for the same summary took the notify worker and the database a minute
     of two cores (bench/isolation.py's CPU timeline)."""
-    ended = [e for e in events if e.status in TERMINAL_JOB_STATUSES]
+    ended = [e for e in events if e.status in Job.TERMINAL]
     together, alone = [], []
     for e in ended:
         (together if e.status == Job.Status.CANCELED and e.finished_at is not None else alone).append(e)
@@ -485,7 +483,7 @@ def batch_summary_publish(*, batch, owner: AbstractBaseUser) -> Event | None:
     queued, for every job that ends."""
     jobs = Job.objects.filter(owner=owner, upload__batch=batch)
     key = f"batch.completed:{batch}"
-    if jobs.filter(status__in=UNFINISHED_JOB_STATUSES).exists() or Event.objects.filter(key=key).exists():
+    if jobs.filter(status__in=Job.UNFINISHED).exists() or Event.objects.filter(key=key).exists():
         return None  # not ended yet, or told already: before the counts, which read the whole batch
     counts = {row["status"]: row["n"] for row in jobs.values("status").annotate(n=Count("id")).order_by("status")}
     if not counts:

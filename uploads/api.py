@@ -457,7 +457,7 @@ class _JobActionApi(APIView):
     description="Cancel a queued or running job: the answer says `canceled` at once; a running job's worker "
                 "stops at its next progress report. 409 `not_cancelable` when it has ended."))
 class JobCancelApi(_JobActionApi):
-    allowed = services.UNFINISHED
+    allowed = Job.UNFINISHED
     action = staticmethod(services.jobs_cancel)
     refusal = ("not_cancelable", "The job has ended ({status}); nothing to cancel.")
 

@@ -56,7 +56,6 @@ DEFAULTS = {
 }
 # The API's route classes (uploads/throttling.py), each with its rate in the plan.
 API_CLASSES = ("read", "write", "upload", "replay")
-UNFINISHED = (Job.Status.QUEUED, Job.Status.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -117,7 +116,7 @@ def queued_jobs_count(*, owner_id: int) -> int:
     """The user's jobs queued, scheduled (queued with a time) or running;
     the parts of a long video are not counted: they are made of a job
     already accepted, and a refusal may not lose it."""
-    return Job.objects.filter(owner_id=owner_id, status__in=UNFINISHED, parent__isnull=True).count()
+    return Job.objects.filter(owner_id=owner_id, status__in=Job.UNFINISHED, parent__isnull=True).count()
 
 
 def queued_jobs_check(*, adding: Mapping[int, int], first_look: bool = False) -> None:

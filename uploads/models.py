@@ -199,6 +199,7 @@ class Job(models.Model):
         FINALIZE = "finalize"  # playlists and the MP4 remux, once the others are done
 
     TERMINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELED)
+    UNFINISHED = (Status.QUEUED, Status.RUNNING)
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # Null only for export jobs, which work on a whole batch (`batch`).

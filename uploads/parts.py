@@ -38,8 +38,6 @@ from uploads.models import Job, JobAttempt, Output
 
 log = logging.getLogger(__name__)
 
-UNFINISHED = (Job.Status.QUEUED, Job.Status.RUNNING)
-
 
 def _part(parent: Job, part: str, *, index: int | None, cost: float, now) -> Job:
     job = Job(parent=parent, owner_id=parent.owner_id, kind=Job.Kind.VIDEO, lane=parent.lane, part=part,
@@ -85,7 +83,7 @@ def parts_cancel(*, parent_id: str, message: str) -> list[str]:
     caller's transaction. A held part leaves the backlog after commit; a
     running one stops at its next progress report."""
     canceled = [str(job.id) for job in Job.objects.select_for_update().filter(parent_id=parent_id,
-                                                                                status__in=UNFINISHED)
+                                                                                status__in=Job.UNFINISHED)
                 if services.job_finish(job_id=str(job.id), status=Job.Status.CANCELED, error_code="canceled",
                                        error_message=message)]
     if canceled:

@@ -559,9 +559,6 @@ def batch_name_clean(name: str | None) -> str:
 # Callers have looked the objects up from the user (selectors: another user's
 # are a 404), so these take objects, not ids.
 
-UNFINISHED = (Job.Status.QUEUED, Job.Status.RUNNING)
-
-
 def _batch_jobs(batch: Batch):
     """The batch's jobs: one per upload, and its exports."""
     return Job.objects.filter(Q(upload__batch=batch.id) | Q(kind=Job.Kind.EXPORT, batch=batch.id), owner=batch.owner_id)
@@ -580,7 +577,7 @@ def batch_rename(*, batch: Batch, name: str) -> Batch:
 def batch_cancel(*, batch: Batch, actor: AbstractBaseUser) -> list[Job]:
     """Cancel every queued or running job of the batch (its exports too),
     with the operator's semantics (jobs_cancel). Returns those canceled."""
-    ids = list(_batch_jobs(batch).filter(status__in=UNFINISHED).values_list("id", flat=True))
+    ids = list(_batch_jobs(batch).filter(status__in=Job.UNFINISHED).values_list("id", flat=True))
     return jobs_cancel(job_ids=ids, actor=actor)
 
 
@@ -629,7 +626,7 @@ def export_delete(*, job: Job, actor: AbstractBaseUser) -> None:
 def _jobs_delete(jobs: list[Job], actor: AbstractBaseUser) -> None:
     """Cancel what is unfinished, delete the rows (outputs and attempts go
     with them) and, after commit, every folder the jobs published into."""
-    jobs_cancel(job_ids=[job.id for job in jobs if job.status in UNFINISHED], actor=actor)
+    jobs_cancel(job_ids=[job.id for job in jobs if job.status in Job.UNFINISHED], actor=actor)
     # Every attempt's outputs (outputs/<job>/, including attempts replaced or
     # retried since) and an export's ZIP and checkpoints (exports/<job>/).
     prefixes = sorted({p for job in jobs for p in (media.job_prefix(job_id=str(job.id)),

@@ -96,7 +96,6 @@ def test_an_event_whose_endpoint_went_meanwhile_still_reaches_the_other_targets(
     assert set(Delivery.objects.filter(event=event).values_list("endpoint_id", flat=True)) == {kept.pk}
 
 
-
 def test_a_try_recorded_while_its_endpoint_is_deleted_does_not_fail_the_delete(make_user, make_endpoint):
     """The same meeting one step later: a try of one of the endpoint's
     deliveries has stored its attempt row, not yet committed, when the

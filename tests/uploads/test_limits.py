@@ -215,7 +215,7 @@ def test_scheduled_and_running_jobs_count_ended_ones_and_parts_do_not(make_user)
 
 def test_counting_a_users_jobs_reads_them_by_index_never_the_whole_table(make_user):
     """The count's cost grows with the user's own jobs, not with other users'."""
-    counted = Job.objects.filter(owner_id=make_user("u").pk, status__in=limits.UNFINISHED, parent__isnull=True)
+    counted = Job.objects.filter(owner_id=make_user("u").pk, status__in=Job.UNFINISHED, parent__isnull=True)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:  # a tiny table would be scanned whatever its indexes
             cursor.execute("SET LOCAL enable_seqscan = off")
