@@ -1,22 +1,21 @@
 """Extra real processes for the notify end-to-end tests: another io-notify
-worker (the rate limit holds across processes), and a private Redis so that
-a worker with its own settings (SMTP) gets every message of its test."""
+worker (the rate limit holds across processes, and a worker with its own
+settings gets every message of its test on a private Redis: tests/conftest.py's
+`private_redis`)."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from celery import Celery
 
 from bench.harness import Worker
-from bench.ports import free_port
 from tests.promise import wait_for
 from tests.workers import test_database_url
 
-__all__ = ("IoWorker", "private_redis")
+__all__ = ("IoWorker",)
 
 
 class IoWorker(Worker):
@@ -43,11 +42,3 @@ class IoWorker(Worker):
         """Run `code` in a fresh Django process with this worker's settings."""
         subprocess.run([sys.executable, "-c", f"import django; django.setup()\n{code}"], env=self.env, check=True,
                        timeout=60)
-
-
-def private_redis() -> tuple[str, subprocess.Popen]:
-    from project import embedded_redis
-
-    port = free_port()
-    proc = embedded_redis.spawn(Path(tempfile.mkdtemp(prefix="fairlane-notify-redis-")), port, persist=False)
-    return f"redis://127.0.0.1:{port}/0", proc

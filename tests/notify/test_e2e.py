@@ -17,7 +17,7 @@ from standardwebhooks import Webhook
 from bench.ports import free_port
 from notify import services
 from notify.models import ChannelPreference, Delivery, Event, JobEnding
-from tests.notify.processes import IoWorker, private_redis
+from tests.notify.processes import IoWorker
 from tests.notify.receiver import Answer, Receiver
 from tests.promise import wait_for
 from uploads import services as upload_services
@@ -99,7 +99,7 @@ def test_the_rate_limit_holds_across_two_worker_processes(workers, make_user, ma
     assert all(d.attempts == 1 for d in Delivery.objects.filter(endpoint=endpoint))  # waits are not attempts
 
 
-def test_a_real_email_goes_out_through_smtp_from_a_worker(make_user, make_batch, tmp_path, settings):
+def test_a_real_email_goes_out_through_smtp_from_a_worker(make_user, make_batch, tmp_path, settings, private_redis):
     from aiosmtpd.controller import Controller
 
     received = []
@@ -114,7 +114,7 @@ def test_a_real_email_goes_out_through_smtp_from_a_worker(make_user, make_batch,
     smtp = Controller(Handler(), hostname="127.0.0.1", port=free_port())
     smtp.start()
     # A private Redis: this worker's SMTP settings must not meet the run's other workers.
-    redis_url, redis_proc = private_redis()
+    redis_url = f"redis://127.0.0.1:{private_redis.connection_pool.connection_kwargs['port']}/0"
     # They share the database, though: the session's workers must not pick up
     # this job's ending (their reconciler would, once it is a few seconds old)
     # and mail it through their own backend. Holding the cluster's reconcile
@@ -132,7 +132,6 @@ def test_a_real_email_goes_out_through_smtp_from_a_worker(make_user, make_batch,
     finally:
         worker.stop()
         smtp.stop()
-        redis_proc.kill()
         session_redis.delete("fairlane:reconcile-lock")
     [envelope] = received
     assert envelope.rcpt_tos == ["alice@example.com"]
