@@ -45,7 +45,7 @@ import dispatcher
 import media
 from project.dbclock import db_now
 from project.lanes import Lane
-from uploads import limits
+from uploads import limits, rates
 from uploads import services as job_services
 from uploads.attempts import Attempt, job_attempt_run
 from uploads.errors import JobError
@@ -81,8 +81,11 @@ def export_create(*, owner: AbstractBaseUser, batch: uuid.UUID) -> Job:
     size = sum(o.size for job in _batch_jobs(owner_id=owner.pk, batch=batch) for o in job.outputs.all())
     with transaction.atomic():
         limits.queued_jobs_check(adding={owner.pk: 1})
+        cost = max(0.05, size / EXPORT_BYTES_PER_COST_SECOND)
+        rate_key, rate_units = rates.rate_of(kind=Job.Kind.EXPORT, media_info={}, filename="", size=0,
+                                             cost_estimate=cost)
         job = Job(owner=owner, kind=Job.Kind.EXPORT, batch=batch, lane=Lane.CPU_TRANSCODE,
-                  queued_at=db_now(), cost_estimate=max(0.05, size / EXPORT_BYTES_PER_COST_SECOND))
+                  queued_at=db_now(), cost_estimate=cost, rate_key=rate_key, rate_units=rate_units)
         job.task_id = str(job.id)
         job.save()
         dispatcher.after_commit(lambda: job_services.jobs_enqueue(job_ids=[str(job.id)]))

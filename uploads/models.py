@@ -234,6 +234,11 @@ class Job(models.Model):
     wait_ms = models.PositiveBigIntegerField(null=True, blank=True, help_text="Queued until started.")
     process_ms = models.PositiveBigIntegerField(null=True, blank=True, help_text="Started until finished.")
     media_info = models.JSONField(default=dict, blank=True, help_text="What the probe found.")
+    # What its waiting work is priced at in the batch estimate (uploads/rates.py's
+    # rate_of): the name's guess when created, the probe's key once recorded.
+    # Null in rows from before it was kept; the estimate then computes it.
+    rate_key = models.CharField(max_length=16, null=True, blank=True)
+    rate_units = models.FloatField(null=True, blank=True)
     # The running attempt's lease: renewed by its worker every third of
     # FAIRLANE_JOB_LEASE_S. Once it has passed, the worker is presumed dead and
     # the job is offered again (uploads.attempts.jobs_recover_expired); the

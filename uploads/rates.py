@@ -59,7 +59,7 @@ from datetime import datetime
 
 import redis
 from django.conf import settings
-from django.db.models import Case, CharField, F, FloatField, Q, QuerySet, Value, When
+from django.db.models import Case, CharField, F, FloatField, OuterRef, Q, QuerySet, Subquery, Value, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Greatest, Least
 
@@ -144,10 +144,34 @@ def job_keys(*, kind: str, media_info: dict, filename: str, size: int, cost_esti
     return [(key, units_of(key, media_info=media_info, size=size, cost_estimate=cost_estimate)) for key in keys]
 
 
+def rate_of(*, kind: str, media_info: dict, filename: str, size: int, cost_estimate: float) -> tuple[str, float]:
+    """The (key, units) a job's work is priced at while it waits: the
+    probed key when there is one, else the name's guess (job_keys' last).
+    Stored on the job (Job.rate_key, rate_units) when it is created and
+    when its probe is recorded, so that the batch poll's aggregate over a
+    user's unfinished jobs reads two columns, not the upload's name and the
+    probe's JSON of every job (60 ms at 10,000 jobs; bench-isolation)."""
+    keys = job_keys(kind=kind, media_info=media_info, filename=filename, size=size, cost_estimate=cost_estimate)
+    if keys:
+        return keys[-1]
+    return "pre:other", units_of("pre:other", media_info=media_info, size=size, cost_estimate=cost_estimate)
+
+
 def with_rate_keys(jobs: QuerySet[Job]) -> QuerySet[Job]:
-    """The same, in SQL, for unfinished jobs: `jobs` annotated with
-    `rate_key` (the probed key when there is one, else the name's guess)
-    and `rate_units`. Kept beside job_keys so that the two cannot drift
+    """`jobs` (unfinished ones) annotated with `backlog_key` and
+    `backlog_units`: the stored rate_of, or for a job stored without it
+    (created before it was kept, or by an older process during a deploy)
+    the same computed in SQL, by a subquery that runs for such rows only
+    (COALESCE evaluates it lazily)."""
+    computed = _rate_keys_computed(Job.objects.filter(pk=OuterRef("pk")).order_by())
+    return jobs.annotate(
+        backlog_key=Coalesce(F("rate_key"), Subquery(computed.values("computed_key")[:1])),
+        backlog_units=Coalesce(F("rate_units"), Subquery(computed.values("computed_units")[:1])))
+
+
+def _rate_keys_computed(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """rate_of in SQL: `jobs` annotated with `computed_key` and
+    `computed_units`. Kept beside job_keys so that the two cannot drift
     (tests/uploads/test_rates.py checks them against each other)."""
     filename = "upload__filename"
     jobs = jobs.annotate(
@@ -160,8 +184,8 @@ def with_rate_keys(jobs: QuerySet[Job]) -> QuerySet[Job]:
     guesses = [When(_any_extension(filename, exts), then=Value(f"pre:{kind}")) for kind, exts in EXTENSIONS.items()]
     per_file = [When(_any_extension(filename, EXTENSIONS[kind]), then=Value(1.0)) for kind in PER_FILE_GUESSES]
     return jobs.annotate(
-        rate_key=Case(*probed, *guesses, default=Value("pre:other"), output_field=CharField()),
-        rate_units=Case(
+        computed_key=Case(*probed, *guesses, default=Value("pre:other"), output_field=CharField()),
+        computed_units=Case(
             When(kind__in=[Job.Kind.VIDEO, Job.Kind.AUDIO], then=Coalesce(F("rate_duration"), Value(0.1))),
             When(kind__in=[Job.Kind.IMAGE, Job.Kind.PDF], then=Value(1.0)),
             When(kind=Job.Kind.EXPORT, then=Greatest(F("cost_estimate"), Value(0.05))),
@@ -171,10 +195,9 @@ def with_rate_keys(jobs: QuerySet[Job]) -> QuerySet[Job]:
 
 
 def _any_extension(field: str, exts: tuple[str, ...]) -> Q:
-    q = Q()
-    for ext in exts:
-        q |= Q(**{f"{field}__iendswith": f".{ext}"})
-    return q
+    """One case-insensitive pattern per kind (not a LIKE per extension:
+    Django builds the query's expressions on every call)."""
+    return Q(**{f"{field}__iregex": rf"\.({'|'.join(exts)})$"})
 
 
 # --- the slot time of a finished job --------------------------------------------------

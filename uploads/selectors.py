@@ -152,7 +152,8 @@ def backlog_until(*, user: AbstractBaseUser, until: dict[uuid.UUID, datetime]
     to and including that batch's last job, per rate key. A user's
     backlog runs in order, so that is the work between now and the batch's
     end. One grouped, conditional aggregate over the user's own unfinished
-    jobs (the (owner, status) index), never other users'."""
+    jobs (the (owner, status) index), never other users', reading each
+    job's stored rate key and units (rates.with_rate_keys)."""
     if not until:
         return {}
     left = (100 - F("progress")) / 100.0
@@ -163,10 +164,10 @@ def backlog_until(*, user: AbstractBaseUser, until: dict[uuid.UUID, datetime]
     for i, last in enumerate(until.values()):
         upto = Q(created_at__lte=last)
         sums[f"n{i}"] = Count("id", filter=upto)
-        sums[f"u{i}"] = Sum(F("rate_units") * left, filter=upto)
+        sums[f"u{i}"] = Sum(F("backlog_units") * left, filter=upto)
         sums[f"c{i}"] = Sum(F("cost_estimate") * left, filter=upto)
-    rows = list(unfinished.values("rate_key").annotate(**sums).order_by())
-    return {batch_id: {row["rate_key"]: KeyBacklog(row[f"n{i}"], float(row[f"u{i}"] or 0.0), float(row[f"c{i}"] or 0.0))
+    rows = list(unfinished.values("backlog_key").annotate(**sums).order_by())
+    return {batch_id: {row["backlog_key"]: KeyBacklog(row[f"n{i}"], float(row[f"u{i}"] or 0.0), float(row[f"c{i}"] or 0.0))
                        for row in rows if row[f"n{i}"]}
             for i, batch_id in enumerate(until)}
 

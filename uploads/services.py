@@ -27,7 +27,7 @@ from project import logcontext, metrics, passes, plans
 from project.bulk_insert import insert_many
 from project.dbclock import db_now
 from project.lanes import Lane
-from uploads import lifecycle, limits, parts
+from uploads import lifecycle, limits, parts, rates
 from uploads.errors import ApplicationError, public_message
 from uploads.models import Batch, Job, JobAttempt, Output, Profile, Upload
 
@@ -136,8 +136,11 @@ def uploads_record(
         insert_many(Upload, uploads)
         jobs = []
         for upload in uploads:
+            cost = cost_estimate_for_size(upload.size)
+            rate_key, rate_units = rates.rate_of(kind=Job.Kind.UNKNOWN, media_info={}, filename=upload.filename,
+                                                 size=upload.size, cost_estimate=cost)
             job = Job(upload=upload, owner=owner, lane=Lane.CPU_TRANSCODE, queued_at=now,
-                      scheduled_for=scheduled_for, cost_estimate=cost_estimate_for_size(upload.size))
+                      scheduled_for=scheduled_for, cost_estimate=cost, rate_key=rate_key, rate_units=rate_units)
             # Until a delivery records its message's id (`<job id>@<random>`, job_start)
             job.task_id = str(job.id)
             jobs.append(job)
@@ -345,7 +348,14 @@ def job_lease_renew(*, job_id: str, attempt: int) -> bool:
 
 
 def job_probe_record(*, job_id: str, kind: str, media_info: dict, cost_estimate: float) -> None:
-    Job.objects.filter(id=job_id).update(kind=kind, media_info=media_info, cost_estimate=cost_estimate)
+    """What the probe found, and the rate its work is priced at from now
+    (the probed key's units need no name or size; a kind without a key
+    keeps the name's guess stored at creation)."""
+    probed = rates.probed_key(kind, media_info)
+    priced = {} if probed is None else {
+        "rate_key": probed, "rate_units": rates.units_of(probed, media_info=media_info, size=0,
+                                                         cost_estimate=cost_estimate)}
+    Job.objects.filter(id=job_id).update(kind=kind, media_info=media_info, cost_estimate=cost_estimate, **priced)
 
 
 def job_finish(*, job_id: str, status: str, attempt: int | None = None, error_code: str = "",

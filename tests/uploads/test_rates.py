@@ -21,6 +21,7 @@ from uploads.rates import (
     RATE_TAU_S,
     Rate,
     job_keys,
+    rate_of,
     rate_update,
     slot_seconds,
     time_weight,
@@ -63,23 +64,60 @@ def test_a_finished_job_is_a_sample_of_its_names_guess_and_of_what_its_probe_fou
 
 @pytest.mark.django_db
 def test_unfinished_jobs_are_keyed_in_sql_as_a_finished_one_would_be(make_user):
-    """with_rate_keys (the batch poll's SQL) and job_keys (the measuring)
-    agree on every case: the probed key when there is one, else the guess."""
+    """rate_of (stored on a job), with_rate_keys (the batch poll's SQL: the
+    stored columns, or for a row without them the same computed) and
+    job_keys (the measuring) agree on every case: the probed key when
+    there is one, else the guess."""
     owner = make_user("alice")
     batch = uuid.uuid4()
     expected = {}
     for i, (kind, media_info, filename, size, cost, keys) in enumerate(CASES):
-        upload = None
-        if filename:
-            upload = Upload.objects.create(owner=owner, batch=batch, filename=filename, file=f"u/{i}", size=size)
-        job = Job.objects.create(upload=upload, owner=owner, lane="cpu-transcode", kind=kind, media_info=media_info,
-                                 cost_estimate=cost)
-        expected[job.id] = keys[-1]
-    got = {row["id"]: (row["rate_key"], row["rate_units"])
-           for row in with_rate_keys(Job.objects.filter(owner=owner)).values("id", "rate_key", "rate_units")}
+        assert rate_of(kind=kind, media_info=media_info, filename=filename, size=size, cost_estimate=cost) == keys[-1]
+        for stored in (False, True):
+            upload = None
+            if filename:
+                upload = Upload.objects.create(owner=owner, batch=batch, filename=filename, file=f"u/{i}", size=size)
+            priced = {}
+            if stored:  # a wrong stored key shows which path the query took
+                priced = {"rate_key": keys[-1][0], "rate_units": keys[-1][1]}
+            job = Job.objects.create(upload=upload, owner=owner, lane="cpu-transcode", kind=kind,
+                                     media_info=media_info, cost_estimate=cost, **priced)
+            expected[job.id] = keys[-1]
+    Job.objects.filter(rate_key="video:2160").update(rate_units=99.0)  # stored: read as stored, not recomputed
+    expected.update({job_id: ("video:2160", 99.0) for job_id in
+                     Job.objects.filter(rate_key="video:2160").values_list("id", flat=True)})
+    got = {row["id"]: (row["backlog_key"], row["backlog_units"])
+           for row in with_rate_keys(Job.objects.filter(owner=owner)).values("id", "backlog_key", "backlog_units")}
+    assert len(got) == 2 * len(CASES)
     for job_id, (key, units) in expected.items():
         assert got[job_id][0] == key
         assert got[job_id][1] == pytest.approx(units)
+
+
+@pytest.mark.django_db
+def test_a_job_is_priced_by_its_name_when_created_and_by_its_probe_once_recorded(make_user):
+    from exports.services import export_create
+    from uploads import services
+
+    owner = make_user("alice")
+    [clip, memo] = services.uploads_record(owner=owner, files=[
+        services.StoredFile(key="u/clip", filename="clip.MP4", size=24 * MB),
+        services.StoredFile(key="u/memo", filename="memo.bin", size=MB // 2)])
+    clip_job, memo_job = clip.accepted_job, memo.accepted_job
+
+    def priced(job: Job) -> tuple[str, float]:
+        job.refresh_from_db()
+        return job.rate_key, job.rate_units
+
+    assert priced(clip_job) == ("pre:video", pytest.approx(24.0))
+    assert priced(memo_job) == ("pre:other", pytest.approx(0.5))
+    services.job_probe_record(job_id=str(clip_job.id), kind="video", media_info=VIDEO_720, cost_estimate=9.0)
+    assert priced(clip_job) == ("video:720", pytest.approx(12.0))
+    # a kind without a key of its own keeps its name's guess
+    services.job_probe_record(job_id=str(memo_job.id), kind="unknown", media_info={}, cost_estimate=1.0)
+    assert priced(memo_job) == ("pre:other", pytest.approx(0.5))
+    # an export is priced by its static estimate (nothing stored yet to zip: the least)
+    assert priced(export_create(owner=owner, batch=clip.batch)) == ("export", pytest.approx(0.05))
 
 
 def test_the_per_sample_mean_is_plain_for_the_first_samples_then_weighted():
