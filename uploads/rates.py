@@ -59,9 +59,7 @@ from datetime import datetime
 
 import redis
 from django.conf import settings
-from django.db.models import Case, CharField, F, FloatField, OuterRef, Q, QuerySet, Subquery, Value, When
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast, Coalesce, Greatest, Least
+from django.db.models import QuerySet
 
 from uploads.lifecycle import JobFinished
 from uploads.models import Job
@@ -149,55 +147,35 @@ def rate_of(*, kind: str, media_info: dict, filename: str, size: int, cost_estim
     probed key when there is one, else the name's guess (job_keys' last).
     Stored on the job (Job.rate_key, rate_units) when it is created and
     when its probe is recorded, so that the batch poll's aggregate over a
-    user's unfinished jobs reads two columns, not the upload's name and the
-    probe's JSON of every job (60 ms at 10,000 jobs; bench-isolation)."""
+    user's unfinished jobs reads two columns of theirs: it had matched each
+    job's upload's name against every extension and read its probe's JSON,
+    and with a hostile user's 10,000 jobs took most of their polls'
+    database time (bench-isolation)."""
     keys = job_keys(kind=kind, media_info=media_info, filename=filename, size=size, cost_estimate=cost_estimate)
     if keys:
         return keys[-1]
     return "pre:other", units_of("pre:other", media_info=media_info, size=size, cost_estimate=cost_estimate)
 
 
-def with_rate_keys(jobs: QuerySet[Job]) -> QuerySet[Job]:
-    """`jobs` (unfinished ones) annotated with `backlog_key` and
-    `backlog_units`: the stored rate_of, or for a job stored without it
-    (created before it was kept, or by an older process during a deploy)
-    the same computed in SQL, by a subquery that runs for such rows only
-    (COALESCE evaluates it lazily)."""
-    computed = _rate_keys_computed(Job.objects.filter(pk=OuterRef("pk")).order_by())
-    return jobs.annotate(
-        backlog_key=Coalesce(F("rate_key"), Subquery(computed.values("computed_key")[:1])),
-        backlog_units=Coalesce(F("rate_units"), Subquery(computed.values("computed_units")[:1])))
-
-
-def _rate_keys_computed(jobs: QuerySet[Job]) -> QuerySet[Job]:
-    """rate_of in SQL: `jobs` annotated with `computed_key` and
-    `computed_units`. Kept beside job_keys so that the two cannot drift
-    (tests/uploads/test_rates.py checks them against each other)."""
-    filename = "upload__filename"
-    jobs = jobs.annotate(
-        rate_short=Least(*(Coalesce(Cast(KT(f"media_info__{side}"), FloatField()), Value(0.0))
-                           for side in ("width", "height"))),
-        rate_duration=Greatest(Cast(KT("media_info__duration_s"), FloatField()), Value(0.1)))
-    bands = [When(Q(kind=Job.Kind.VIDEO, rate_short__lte=band), then=Value(f"video:{band}")) for band in VIDEO_BANDS]
-    probed = [*bands, When(kind=Job.Kind.VIDEO, then=Value("video:2160")),
-              *[When(kind=kind, then=Value(kind)) for kind in ("image", "pdf", "audio", "export")]]
-    guesses = [When(_any_extension(filename, exts), then=Value(f"pre:{kind}")) for kind, exts in EXTENSIONS.items()]
-    per_file = [When(_any_extension(filename, EXTENSIONS[kind]), then=Value(1.0)) for kind in PER_FILE_GUESSES]
-    return jobs.annotate(
-        computed_key=Case(*probed, *guesses, default=Value("pre:other"), output_field=CharField()),
-        computed_units=Case(
-            When(kind__in=[Job.Kind.VIDEO, Job.Kind.AUDIO], then=Coalesce(F("rate_duration"), Value(0.1))),
-            When(kind__in=[Job.Kind.IMAGE, Job.Kind.PDF], then=Value(1.0)),
-            When(kind=Job.Kind.EXPORT, then=Greatest(F("cost_estimate"), Value(0.05))),
-            *per_file,
-            default=Greatest(Cast(F("upload__size"), FloatField()) / float(MB), Value(0.001)),
-            output_field=FloatField()))
-
-
-def _any_extension(field: str, exts: tuple[str, ...]) -> Q:
-    """One case-insensitive pattern per kind (not a LIKE per extension:
-    Django builds the query's expressions on every call)."""
-    return Q(**{f"{field}__iregex": rf"\.({'|'.join(exts)})$"})
+def rate_keys_fill(jobs: QuerySet[Job]) -> int:
+    """Store rate_of on those of `jobs` stored without it (rows from before
+    it was kept, or written by an older process during a deploy), once per
+    row: the backlog aggregate calls this when it meets such rows. Grouped
+    by value, one UPDATE per (key, units) and 1,000 jobs, each only where
+    the key is still unset (a probe recorded meanwhile keeps its own)."""
+    groups: dict[tuple[str, float], list] = {}
+    rows = jobs.filter(rate_key__isnull=True).values_list(
+        "id", "kind", "media_info", "upload__filename", "upload__size", "cost_estimate")
+    for job_id, kind, media_info, filename, size, cost in rows.iterator(chunk_size=1000):
+        priced = rate_of(kind=kind, media_info=media_info or {}, filename=filename or "", size=size or 0,
+                         cost_estimate=cost)
+        groups.setdefault(priced, []).append(job_id)
+    filled = 0
+    for (key, units), ids in groups.items():
+        for start in range(0, len(ids), 1000):
+            filled += Job.objects.filter(id__in=ids[start:start + 1000], rate_key__isnull=True).update(
+                rate_key=key, rate_units=units)
+    return filled
 
 
 # --- the slot time of a finished job --------------------------------------------------

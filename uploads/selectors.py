@@ -153,22 +153,26 @@ def backlog_until(*, user: AbstractBaseUser, until: dict[uuid.UUID, datetime]
     backlog runs in order, so that is the work between now and the batch's
     end. One grouped, conditional aggregate over the user's own unfinished
     jobs (the (owner, status) index), never other users', reading each
-    job's stored rate key and units (rates.with_rate_keys)."""
+    job's stored rate key and units (rates.rate_of; a job stored without
+    them has them filled first, once: rates.rate_keys_fill)."""
     if not until:
         return {}
     left = (100 - F("progress")) / 100.0
     # A chunked job's parent carries the whole video; its parts are not counted again.
-    unfinished = rates.with_rate_keys(Job.objects.filter(
-        owner=user, lane=Lane.CPU_TRANSCODE, parent__isnull=True, status__in=[Job.Status.QUEUED, Job.Status.RUNNING]))
+    unfinished = Job.objects.filter(owner=user, lane=Lane.CPU_TRANSCODE, parent__isnull=True,
+                                    status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
     sums = {}
     for i, last in enumerate(until.values()):
         upto = Q(created_at__lte=last)
         sums[f"n{i}"] = Count("id", filter=upto)
-        sums[f"u{i}"] = Sum(F("backlog_units") * left, filter=upto)
+        sums[f"u{i}"] = Sum(F("rate_units") * left, filter=upto)
         sums[f"c{i}"] = Sum(F("cost_estimate") * left, filter=upto)
-    rows = list(unfinished.values("backlog_key").annotate(**sums).order_by())
-    return {batch_id: {row["backlog_key"]: KeyBacklog(row[f"n{i}"], float(row[f"u{i}"] or 0.0), float(row[f"c{i}"] or 0.0))
-                       for row in rows if row[f"n{i}"]}
+    rows = list(unfinished.values("rate_key").annotate(**sums).order_by())
+    if any(row["rate_key"] is None for row in rows):
+        rates.rate_keys_fill(unfinished)
+        rows = list(unfinished.values("rate_key").annotate(**sums).order_by())
+    return {batch_id: {row["rate_key"]: KeyBacklog(row[f"n{i}"], float(row[f"u{i}"] or 0.0), float(row[f"c{i}"] or 0.0))
+                       for row in rows if row[f"n{i}"] and row["rate_key"] is not None}
             for i, batch_id in enumerate(until)}
 
 

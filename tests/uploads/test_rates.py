@@ -21,11 +21,11 @@ from uploads.rates import (
     RATE_TAU_S,
     Rate,
     job_keys,
+    rate_keys_fill,
     rate_of,
     rate_update,
     slot_seconds,
     time_weight,
-    with_rate_keys,
 )
 
 VIDEO_720 = {"width": 1280, "height": 720, "duration_s": 12.0}
@@ -63,35 +63,31 @@ def test_a_finished_job_is_a_sample_of_its_names_guess_and_of_what_its_probe_fou
 
 
 @pytest.mark.django_db
-def test_unfinished_jobs_are_keyed_in_sql_as_a_finished_one_would_be(make_user):
-    """rate_of (stored on a job), with_rate_keys (the batch poll's SQL: the
-    stored columns, or for a row without them the same computed) and
-    job_keys (the measuring) agree on every case: the probed key when
-    there is one, else the guess."""
+def test_a_waiting_job_is_priced_as_its_finished_self_would_be_measured_and_old_rows_are_filled_once(make_user):
+    """rate_of (what a job's waiting work is priced at, stored on it) is
+    job_keys' last (the measuring): the probed key when there is one, else
+    the name's guess. A row stored without it (from before it was kept)
+    gets it from rate_keys_fill, once; a key already stored is kept."""
     owner = make_user("alice")
     batch = uuid.uuid4()
     expected = {}
     for i, (kind, media_info, filename, size, cost, keys) in enumerate(CASES):
         assert rate_of(kind=kind, media_info=media_info, filename=filename, size=size, cost_estimate=cost) == keys[-1]
-        for stored in (False, True):
-            upload = None
-            if filename:
-                upload = Upload.objects.create(owner=owner, batch=batch, filename=filename, file=f"u/{i}", size=size)
-            priced = {}
-            if stored:  # a wrong stored key shows which path the query took
-                priced = {"rate_key": keys[-1][0], "rate_units": keys[-1][1]}
-            job = Job.objects.create(upload=upload, owner=owner, lane="cpu-transcode", kind=kind,
-                                     media_info=media_info, cost_estimate=cost, **priced)
-            expected[job.id] = keys[-1]
-    Job.objects.filter(rate_key="video:2160").update(rate_units=99.0)  # stored: read as stored, not recomputed
-    expected.update({job_id: ("video:2160", 99.0) for job_id in
-                     Job.objects.filter(rate_key="video:2160").values_list("id", flat=True)})
-    got = {row["id"]: (row["backlog_key"], row["backlog_units"])
-           for row in with_rate_keys(Job.objects.filter(owner=owner)).values("id", "backlog_key", "backlog_units")}
-    assert len(got) == 2 * len(CASES)
+        upload = None
+        if filename:
+            upload = Upload.objects.create(owner=owner, batch=batch, filename=filename, file=f"u/{i}", size=size)
+        job = Job.objects.create(upload=upload, owner=owner, lane="cpu-transcode", kind=kind, media_info=media_info,
+                                 cost_estimate=cost)
+        expected[job.id] = keys[-1]
+    kept = Job.objects.create(owner=owner, lane="cpu-transcode", kind="image", rate_key="image", rate_units=7.0)
+    assert rate_keys_fill(Job.objects.filter(owner=owner)) == len(CASES)
+    got = {job_id: (key, units) for job_id, key, units in
+           Job.objects.filter(owner=owner).values_list("id", "rate_key", "rate_units")}
     for job_id, (key, units) in expected.items():
         assert got[job_id][0] == key
         assert got[job_id][1] == pytest.approx(units)
+    assert got[kept.id] == ("image", 7.0)
+    assert rate_keys_fill(Job.objects.filter(owner=owner)) == 0
 
 
 @pytest.mark.django_db
