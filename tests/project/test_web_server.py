@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 import urllib.error
@@ -22,6 +23,7 @@ from tests.workers import test_database_url as database_url
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HOLD_S = 5  # FAIRLANE_WEB_REFUSAL_HOLD_S for this server
+HELD_PER_CLIENT = 20  # FAIRLANE_WEB_HELD_PER_CLIENT for this server
 
 
 @pytest.fixture
@@ -31,7 +33,8 @@ def web(tmp_path):
     log = tmp_path / "web.log"
     # One read a minute: a user's second read is refused for a minute, longer than a hold.
     env = {**os.environ, **web_env, "DATABASE_URL": database_url(), "FAIRLANE_API_READS_PER_MIN": "1",
-           "FAIRLANE_WEB_REFUSAL_HOLD_S": str(HOLD_S), "LOG_LEVEL": "INFO"}
+           "FAIRLANE_WEB_REFUSAL_HOLD_S": str(HOLD_S), "FAIRLANE_WEB_HELD_PER_CLIENT": str(HELD_PER_CLIENT),
+           "LOG_LEVEL": "INFO"}
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -77,6 +80,37 @@ def test_a_refused_clients_requests_are_held_before_their_429_while_another_user
     # Every request has its access line (written by the gate).
     wait_for(lambda: log.read_text().count('"GET /api/batches/ HTTP/1.1" 429') == 17, 10, log.read_text)
     assert log.read_text().count('"GET /api/batches/ HTTP/1.1" 200') == 2
+
+
+def test_a_held_request_whose_client_has_gone_gives_its_place_back_and_the_server_goes_on(web, make_user):
+    """Clients that send a refused request and hang up while it is held
+    (HELD_PER_CLIENT of them, the most one client may have held): each
+    keeps its place until its timer, its 429 then goes nowhere, and no
+    error is logged; afterwards the same user's next request is held again
+    (no place leaked: past its bound it would be answered at once), and
+    another user is served meanwhile."""
+    url, log, _ = web
+    heavy, light = make_user("heavy").auth_token.key, make_user("light").auth_token.key
+    batches = url + "/api/batches/"
+    assert get(batches, heavy)[0] == 200
+    assert get(batches, heavy)[0] == 429  # refused by the throttle, which the gate learns
+    host, port = url.removeprefix("http://").split(":")
+    request = (f"GET /api/batches/ HTTP/1.1\r\nHost: {host}\r\nAuthorization: Token {heavy}\r\n\r\n").encode()
+    gone = []
+    for _ in range(HELD_PER_CLIENT):
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(request)
+        gone.append(sock)
+    wait_for(lambda: get(batches, light)[0] == 200, 10, log.read_text)  # served while they are held
+    for sock in gone:
+        sock.close()
+    wait_for(lambda: log.read_text().count('"GET /api/batches/ HTTP/1.1" 429') == 1 + HELD_PER_CLIENT,
+             HOLD_S + 10, log.read_text)
+    status, _, body, took = get(batches, heavy)
+    assert status == 429 and took >= HOLD_S - 0.05, (status, took)
+    assert json.loads(body)["error"]["code"] == "throttled"
+    text = log.read_text()
+    assert "Traceback" not in text and "ERROR" not in text, text
 
 
 def test_a_web_worker_that_dies_is_started_again(web):
