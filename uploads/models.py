@@ -236,7 +236,7 @@ class Job(models.Model):
     media_info = models.JSONField(default=dict, blank=True, help_text="What the probe found.")
     # What its waiting work is priced at in the batch estimate (uploads/rates.py's
     # rate_of): the name's guess when created, the probe's key once recorded.
-    # Null in rows from before it was kept; the estimate then computes it.
+    # Null in rows from before it was kept; the estimate fills them once (rates.rate_keys_fill).
     rate_key = models.CharField(max_length=16, null=True, blank=True)
     rate_units = models.FloatField(null=True, blank=True)
     # The running attempt's lease: renewed by its worker every third of

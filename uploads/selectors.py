@@ -160,17 +160,18 @@ def backlog_until(*, user: AbstractBaseUser, until: dict[uuid.UUID, datetime]
     left = (100 - F("progress")) / 100.0
     # A chunked job's parent carries the whole video; its parts are not counted again.
     unfinished = Job.objects.filter(owner=user, lane=Lane.CPU_TRANSCODE, parent__isnull=True,
-                                    status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
+                                    status__in=Job.UNFINISHED)
     sums = {}
     for i, last in enumerate(until.values()):
         upto = Q(created_at__lte=last)
         sums[f"n{i}"] = Count("id", filter=upto)
         sums[f"u{i}"] = Sum(F("rate_units") * left, filter=upto)
         sums[f"c{i}"] = Sum(F("cost_estimate") * left, filter=upto)
-    rows = list(unfinished.values("rate_key").annotate(**sums).order_by())
+    grouped = unfinished.values("rate_key").annotate(**sums).order_by()
+    rows = list(grouped)
     if any(row["rate_key"] is None for row in rows):
         rates.rate_keys_fill(unfinished)
-        rows = list(unfinished.values("rate_key").annotate(**sums).order_by())
+        rows = list(grouped.all())  # asked again, not the cached rows
     return {batch_id: {row["rate_key"]: KeyBacklog(row[f"n{i}"], float(row[f"u{i}"] or 0.0), float(row[f"c{i}"] or 0.0))
                        for row in rows if row[f"n{i}"] and row["rate_key"] is not None}
             for i, batch_id in enumerate(until)}
