@@ -50,6 +50,10 @@ production), all started here and stopped at the end.
    LREMs the cancel did before 355e832 (replayed on the same lists), by
    command and by the scheduler's function (the slow log, every command).
 
+BENCH_ISOLATION_PG_STATEMENTS=1 adds, per light phase, PostgreSQL's
+statements that took the most time (pg_stat_statements), and logs the plans
+of those over 1 s (auto_explain): where the hostile user's database time goes.
+
 Targets (issue 32): light users' p99 submit-to-done in (b) at most 1.25x
 (a); Redis CPU per batch poll flat within 1.2x from 10 to 100,000 users; a
 5,000-job cancel under 0.5 s of Redis CPU; the hostile user's refusals are
@@ -98,6 +102,11 @@ RECEIVER_DELAY_S = 5.0
 POLL_USERS = tuple(int(n) for n in os.environ.get("BENCH_ISOLATION_POLL_USERS", "10,1000,10000,100000").split(","))
 POLLS = 100
 POLL_TIMEOUT_S = 30  # a hostile page's request, then counted as "timeout"
+# 1: PostgreSQL keeps pg_stat_statements, and logs the plan of a statement
+# over 1 s (auto_explain, in the kept logs' postgres.log): each light phase's
+# top statements by time go to the results (`postgres_statements`).
+PG_STATEMENTS = os.environ.get("BENCH_ISOLATION_PG_STATEMENTS") == "1"
+PG_TOP = 15
 ROUNDS = 3
 HOSTS = int(os.environ.get("BENCH_ISOLATION_HOSTS", "1"))
 if HOSTS not in (1, 2):
@@ -138,7 +147,9 @@ class System:
 
         self.work = work
         self.procs: dict[str, subprocess.Popen] = {}
-        self.pg = PrivatePostgres()
+        self.pg = PrivatePostgres(settings=(
+            "shared_preload_libraries=pg_stat_statements,auto_explain", "auto_explain.log_min_duration=1000",
+            "auto_explain.log_analyze=on") if PG_STATEMENTS else ())
         ports = dict(zip(embedded_seaweedfs.PORT_FLAGS, free_ports(len(embedded_seaweedfs.PORT_FLAGS))))
         self.s3, self.procs["s3"] = embedded_seaweedfs.spawn(work / "s3", ports)
         redis_port = free_port()
@@ -775,6 +786,32 @@ def cancel_cost(system: System, client: Client) -> dict:
 # --- a run -------------------------------------------------------------------------------------
 
 
+def _pg_statements_install() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+
+def _pg_statements_reset() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_statements_reset()")
+
+
+def _pg_statements_top(n: int) -> list[dict]:
+    """The `n` statements that took the most time since the last reset,
+    every process's (the web's, the workers', this one's)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT left(query, 300), calls, total_exec_time, mean_exec_time FROM pg_stat_statements "
+                       "ORDER BY total_exec_time DESC LIMIT %s", [n])
+        return [{"query": query, "calls": calls, "total_ms": round(total, 1), "mean_ms": round(mean, 2)}
+                for query, calls, total, mean in cursor.fetchall()]
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
@@ -837,6 +874,9 @@ def main() -> None:
         cpu: dict[str, dict[str, float]] = {"quiet": Counter(), "hostile": Counter()}
         wall: Counter = Counter()
         settled: dict[str, float] = {}
+        statements: dict[str, list[dict]] = {}
+        if PG_STATEMENTS:
+            _pg_statements_install()
         attacker = Hostile(system, hostile, tiny)
         if CYCLES:
             attacker.prepare()
@@ -849,10 +889,14 @@ def main() -> None:
                 if phase == "hostile":
                     attacker.start()
                     time.sleep(15)  # its load in full swing
+                if PG_STATEMENTS:
+                    _pg_statements_reset()
                 before, t0 = system.cpu_s(), time.monotonic()
                 for r in range(ROUNDS):
                     phases[phase] += light_round(light, photo, cycle * 100 + r + (50 if phase == "hostile" else 0))
                 after = system.cpu_s()
+                if PG_STATEMENTS:
+                    statements[f"{phase} {cycle + 1}"] = _pg_statements_top(PG_TOP)
                 wall[phase] += time.monotonic() - t0
                 for name in after:
                     cpu[phase][name] += after[name] - before.get(name, 0.0)
@@ -867,6 +911,10 @@ def main() -> None:
 
         sampling.set()
         sampler.join()
+        for name, top in statements.items():
+            print(f"PostgreSQL's top statements, {name} (ms total / calls):", flush=True)
+            for row in top[:5]:
+                print(f"  {row['total_ms']:>9.1f} / {row['calls']:>6}  {' '.join(row['query'].split())[:100]}")
         quiet = [s["seconds"] for s in phases["quiet"]]
         loud = [s["seconds"] for s in phases["hostile"]]
         light_result = None if not CYCLES else {
@@ -882,6 +930,7 @@ def main() -> None:
             "hostile_retry_s": {"n": len(attacker.retry_s), "median": statistics.median(attacker.retry_s or [0])},
             "receiver_requests": system.receiver.count,
             "cpu_timeline": timeline, "settled_s": settled,
+            **({"postgres_statements": statements} if PG_STATEMENTS else {}),
         }
         system.stop_workers()
         # The poller has a batch that waits (no worker takes it): its poll asks for an estimate.

@@ -50,7 +50,11 @@ class PrivatePostgres:
     the length of the test run). The fault-injection suite restarts one of
     these (restart), never the machine's own server."""
 
-    def __init__(self, address: str = "127.0.0.1", subnet: str | None = None) -> None:
+    def __init__(self, address: str = "127.0.0.1", subnet: str | None = None,
+                 settings: tuple[str, ...] = ()) -> None:
+        """`settings`: more of the server's `-c name=value` (a benchmark's
+        diagnostics: pg_stat_statements, auto_explain)."""
+        self.settings = settings
         self.dir = Path(tempfile.mkdtemp(prefix="fairlane-pg-"))
         shutil.chown(self.dir, "postgres", "postgres")
         self.address, self.port = address, free_port(address)
@@ -81,7 +85,7 @@ class PrivatePostgres:
              # any lock its open transaction holds, would wait for the kernel's
              # two-hour keepalive; the next test's flush would wait with it.
              "-c", "tcp_keepalives_idle=2", "-c", "tcp_keepalives_interval=1", "-c", "tcp_keepalives_count=3",
-             "-c", "tcp_user_timeout=5000"],
+             "-c", "tcp_user_timeout=5000", *(arg for setting in self.settings for arg in ("-c", setting))],
             stdout=open(self.dir / "postgres.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
         wait_port(self.address, self.port, "PostgreSQL")
 
