@@ -224,7 +224,8 @@ class WebGate:
         if not any(credentials):
             return ("", "", (scope.get("client") or ("",))[0])
         user = self.user_of(credentials)
-        return credentials if user is None else ("user", str(user))
+        # A user's key is one string long: no credentials as sent (two) nor address (three) can spell it.
+        return credentials if user is None else (f"user:{user}",)
 
     async def _hold(self, client: Client, seconds: float) -> None:
         _count(self._held, client, 1)

@@ -299,7 +299,7 @@ def test_the_body_is_read_before_the_request_takes_a_thread_and_handed_on_whole(
 @pytest.mark.parametrize("headers, client", [
     ([(b"authorization", b"Token a")], ("Token a", "")),
     ([(b"cookie", b"x=1; sessionid=s")], ("", "s")),
-    ([(b"cookie", b"sessionid=known")], ("user", "7")),  # found to be user 7 before: one turn for all of 7's
+    ([(b"cookie", b"sessionid=known")], ("user:7",)),  # found to be user 7 before: one turn for all of 7's
     ([(b"authorization", b"Token b"), (b"cookie", b"sessionid=known")], ("Token b", "known")),
     ([], ("", "", "10.0.0.1")),
 ])
@@ -316,5 +316,26 @@ def test_a_client_is_the_user_its_credentials_were_found_to_be_or_the_credential
         gate.slots.enter = spy
         await call(gate, {**scope(), "headers": headers})
         assert slots_seen == [client]
+
+    run(scenario())
+
+
+def test_credentials_that_spell_a_users_turn_do_not_share_it():
+    """A known user's turn is keyed apart from any credentials as sent: a
+    client sending `Authorization: user` and session cookie `7` (nobody's)
+    has turns of its own, and cannot fill user 7's waiting places."""
+    async def scenario() -> None:
+        inner, refusals = Inner(), Refusals()
+        gate = gate_for(inner, refusals, users={("Token t1", ""): 7}, waiting_per_client=1)
+        forged = {**scope(token=""), "headers": [(b"authorization", b"user"), (b"cookie", b"sessionid=7")]}
+        inner.release.clear()
+        first = asyncio.create_task(call(gate, forged))  # holds the one place
+        second = asyncio.create_task(call(gate, forged))  # its one waiting place
+        await settle()
+        victim = asyncio.create_task(call(gate, scope(token="t1")))
+        await settle()
+        assert not victim.done(), victim.result()  # waits its turn, not answered busy
+        inner.release.set()
+        assert [(await task)[0] for task in (first, second, victim)] == [200, 200, 200]
 
     run(scenario())
