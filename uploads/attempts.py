@@ -219,6 +219,12 @@ def _still_owed_a_run(job_id: str, task_id: str) -> str | None:
         else None
 
 
+# A job whose row another transaction held at its start is offered again after
+# this: offered at once, it would be released again before the holder (its
+# owner's cancel) commits, and the slot would wait on the same row again.
+BUSY_ROW_DELAY_S = 1.0
+
+
 def _dropped(job_id: str, task_id: str) -> str | None:
     """A delivery of a job that is running elsewhere or already over: Celery
     delivers at least once, so this is expected now and then; it is logged
@@ -245,13 +251,16 @@ def job_attempt_run(*, job_id: str, hostname: str, soft_limit_s: float | None, w
 
 
 def _deliver(job_id: str, hostname: str, soft_limit_s: float | None, work: Work, task_id: str) -> str | None:
-    if hostname and dispatcher.is_draining(hostname):
-        job = Job.objects.filter(id=job_id, status=Job.Status.QUEUED).first()
-        if job is not None:
-            services.job_hand_back(job)
-            log.info("job %s given back untouched: worker %s is stopping", job_id, hostname)
+    if hostname and dispatcher.is_draining(hostname) and _given_back(job_id, f"worker {hostname} is stopping"):
+        return dispatcher.HANDED_BACK
+    try:
+        job = services.job_start(job_id=job_id, task_id=task_id)
+    except services.JobRowBusy:
+        # Its row is being changed (its owner's cancel, most likely): the slot takes the
+        # next job, and this one, offered again a little later, is found canceled, or runs.
+        if _given_back(job_id, "its row is locked by another transaction", delay_s=BUSY_ROW_DELAY_S):
             return dispatcher.HANDED_BACK
-    job = services.job_start(job_id=job_id, task_id=task_id)
+        job = None
     if job is None:
         return _dropped(job_id, task_id)
     attempt = Attempt(job=job, number=job.attempts)
@@ -264,6 +273,17 @@ def _deliver(job_id: str, hostname: str, soft_limit_s: float | None, work: Work,
     finally:
         done.set()
         keeper.join(timeout=5)
+
+
+def _given_back(job_id: str, why: str, *, delay_s: float | None = None) -> bool:
+    """Gives the job back to the dispatcher untouched if it is queued, to be
+    offered again after `delay_s`."""
+    job = Job.objects.filter(id=job_id, status=Job.Status.QUEUED).first()
+    if job is None:
+        return False
+    services.job_hand_back(job, delay_s=delay_s)
+    log.info("job %s given back untouched: %s", job_id, why)
+    return True
 
 
 def _run(job: Job, attempt: Attempt, soft_limit_s: float | None, work: Work, task_id: str) -> str | None:

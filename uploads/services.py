@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
-from django.db import transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -273,18 +273,42 @@ def job_lease_until(now: datetime) -> datetime:
     return now + timedelta(seconds=settings.FAIRLANE_JOB_LEASE_S)
 
 
+class JobRowBusy(Exception):
+    """job_start waited FAIRLANE_JOB_START_LOCK_WAIT_MS for the job's row,
+    which another transaction holds (its owner's cancel, most likely)."""
+
+
+# PostgreSQL's SQLSTATE for a lock not granted within lock_timeout (or NOWAIT).
+LOCK_NOT_AVAILABLE = "55P03"
+
+
 def job_start(*, job_id: str, task_id: str = "") -> Job | None:
     """queued -> running, once, under a fresh lease. Returns None when another
     delivery got there first or the job is no longer runnable; the caller then
     drops the message. The new attempt number is the fencing token of every
     later write of this attempt. `task_id`, the delivering message's id,
     becomes the job's (Flower, the results admin). Times and the lease are
-    the database's clock (project/dbclock.py)."""
+    the database's clock (project/dbclock.py).
+
+    Raises JobRowBusy when another transaction has held the job's row for
+    FAIRLANE_JOB_START_LOCK_WAIT_MS (PostgreSQL): a queued job's row is
+    locked by its owner's cancel, which for 5,000 jobs holds them a second
+    or more, and the worker's slot, which every user's jobs wait for, would
+    wait with it (bench-isolation: the job-start UPDATE took 3.3 ms on
+    average beside the hostile user, 0.35 ms quiet)."""
     now = db_now()
-    claimed = Job.objects.filter(id=job_id, status=Job.Status.QUEUED).update(
-        status=Job.Status.RUNNING, started_at=now, attempts=F("attempts") + 1, progress=0, live={},
-        lease_expires_at=job_lease_until(now), **({"task_id": task_id[:64]} if task_id else {}),
-    )
+    try:
+        with transaction.atomic():
+            _lock_wait_at_most(settings.FAIRLANE_JOB_START_LOCK_WAIT_MS)
+            claimed = Job.objects.filter(id=job_id, status=Job.Status.QUEUED).update(
+                status=Job.Status.RUNNING, started_at=now, attempts=F("attempts") + 1, progress=0, live={},
+                lease_expires_at=job_lease_until(now), **({"task_id": task_id[:64]} if task_id else {}),
+            )
+            _lock_wait_at_most(None)
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+            raise JobRowBusy(job_id) from exc
+        raise
     if not claimed:
         log.info("job %s not started: not queued (duplicate delivery or finished)", job_id)
         return None
@@ -296,6 +320,18 @@ def job_start(*, job_id: str, task_id: str = "") -> Job | None:
     logcontext.bind(job_id=str(job.id), user_id=job.owner_id, attempt=job.attempts)
     log.info("job started after waiting %d ms", job.wait_ms or 0)
     return job
+
+
+def _lock_wait_at_most(ms: int | None) -> None:
+    """This transaction's statements wait at most `ms` for a lock (None: as
+    the session says), on PostgreSQL; SQLite has no row locks to wait for."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        if ms is None:
+            cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
+        else:
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{max(1, ms)}ms"])
 
 
 def _this_attempt(job_id: str, attempt: int | None):

@@ -49,6 +49,12 @@ FAIRLANE_HOST_ID = env("FAIRLANE_HOST_ID") or socket.gethostname()
 # A running attempt's lease in the database, renewed every third of it. A
 # worker that dies or stalls is noticed within this plus FAIR_RECONCILE_S.
 FAIRLANE_JOB_LEASE_S = float(env("FAIRLANE_JOB_LEASE_S", "15"))
+# How long a worker's start of a job waits for the job's row when another
+# transaction holds it (PostgreSQL's lock_timeout): past it the job is handed
+# back and the slot takes the next one. A queued job's row is locked by its
+# owner's cancel (5,000 jobs: a second or more), and the slot, which other
+# users' jobs wait for, must not wait with it (uploads/services.job_start).
+FAIRLANE_JOB_START_LOCK_WAIT_MS = int(env("FAIRLANE_JOB_START_LOCK_WAIT_MS", "100"))
 # Attempts that ended in a transient error or a lost worker, after which the
 # job fails with the last error (a file that kills its worker: resource_limit).
 FAIRLANE_MAX_ATTEMPTS = int(env("FAIRLANE_MAX_ATTEMPTS", "3"))

@@ -4,6 +4,7 @@ leases and stopping workers. The fault-injection suite (tests/chaos) does the
 same with real worker processes being killed."""
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import timedelta
 
@@ -308,3 +309,48 @@ def test_exhausted_attempts_fail_as_resource_limit_only_when_a_host_saw_its_proc
             attempts.jobs_recover_expired()
     job.refresh_from_db()
     assert (job.status, job.error_code) == ("failed", final_code)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_whose_row_another_transaction_holds_is_given_back_not_waited_for(job, sched, settings):
+    """Its owner's cancel holds a queued job's row until it commits (5,000
+    jobs: a second or more): the worker's start waits at most
+    FAIRLANE_JOB_START_LOCK_WAIT_MS for it, then gives the job back
+    untouched, and the slot is free for the next job, anyone's."""
+    import threading
+
+    from django.db import connection, transaction
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: PostgreSQL (SQLite locks the whole file, and has no lock_timeout)")
+    settings.FAIRLANE_JOB_START_LOCK_WAIT_MS = 50
+    locked, done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                list(Job.objects.select_for_update().filter(id=job.id))
+                locked.set()
+                done.wait(120)  # without the bound, the start below waits all this time, then runs the job
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert locked.wait(30)
+        ran = []
+        assert run(job, ran.append) == dispatcher.HANDED_BACK and ran == []
+    finally:
+        done.set()
+        thread.join()
+    job.refresh_from_db()
+    assert job.status == "queued" and job.attempts == 0 and not JobAttempt.objects.filter(job=job).exists()
+    # Back in its owner's backlog, offered again a second later (not at once: the
+    # holder, a cancel, would still hold the row); meanwhile the slot is free.
+    assert sched.known(str(job.id)) == "delayed" and 0 < sched.next_wakeup_in() <= attempts.BUSY_ROW_DELAY_S
+    # The lock gone, the job runs on its next delivery.
+    assert [released for released, _ in sched.release(now=time.time() + 2)] == [str(job.id)]
+    assert run(job, lambda attempt: []) is None
+    job.refresh_from_db()
+    assert job.status == "succeeded" and job.attempts == 1
