@@ -533,15 +533,35 @@ def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]
     parts, ends in a few statements for all of them (`_waiting_cancel`),
     whatever their number; the rest (running, a chunked video's, a part)
     end one by one through job_finish. The dispatcher hears once, after
-    commit, 500 jobs to a call."""
+    commit, 500 jobs to a call.
+
+    CANCEL_CHUNK jobs to a transaction: a transaction holds the rows it
+    cancels until it commits, and a worker starting or finishing one of
+    them waits for it (its slot, which every user's next job waits for,
+    with it). 5,000 rows in one transaction held them for as long as the
+    whole cancel took. The jobs of one call share their end time, so their
+    endings are still one announcement."""
     message = f"Canceled by {actor}."
+    ids, now = list(job_ids), db_now()
+    canceled: list[Job] = []
+    for start in range(0, len(ids), CANCEL_CHUNK):
+        canceled += _jobs_cancel_chunk(ids[start:start + CANCEL_CHUNK], message, now)
+    log.info("%s canceled %d job(s): %s", actor, len(canceled), [str(job.id) for job in canceled[:20]])
+    return canceled
+
+
+# How many jobs one transaction of a cancel locks and ends (jobs_cancel).
+CANCEL_CHUNK = 500
+
+
+def _jobs_cancel_chunk(job_ids: list, message: str, now: datetime) -> list[Job]:
     with transaction.atomic():
         jobs = list(Job.objects.select_for_update().filter(
-            id__in=list(job_ids), status__in=[Job.Status.QUEUED, Job.Status.RUNNING]))
+            id__in=job_ids, status__in=[Job.Status.QUEUED, Job.Status.RUNNING]))
         waiting = {job.id for job in jobs
                    if job.status == Job.Status.QUEUED and job.started_at is None and job.parent_id is None}
         waiting -= set(Job.objects.filter(parent_id__in=waiting).values_list("parent_id", flat=True))
-        canceled = _waiting_cancel([job for job in jobs if job.id in waiting], message)
+        canceled = _waiting_cancel([job for job in jobs if job.id in waiting], message, now)
         for job in jobs:
             if job.id not in waiting and job_finish(job_id=str(job.id), status=Job.Status.CANCELED,
                                                     error_code="canceled", error_message=message):
@@ -551,18 +571,17 @@ def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]
             by_task.setdefault(job_task_name(job), []).append(str(job.id))
         # A released job that could not be withdrawn is dropped by its guarded start.
         dispatcher.after_commit(lambda: [dispatcher.cancel(task, task_ids) for task, task_ids in by_task.items()])
-    log.info("%s canceled %d job(s): %s", actor, len(canceled), [str(job.id) for job in canceled[:20]])
     return canceled
 
 
-def _waiting_cancel(jobs: list[Job], message: str) -> list[Job]:
+def _waiting_cancel(jobs: list[Job], message: str, now: datetime) -> list[Job]:
     """job_finish's cancel for jobs (locked by the caller) that are queued,
     never started and have no parts: one UPDATE of the jobs, one of their
     open attempts (a job a reap put back has one), and after commit their
-    metrics and one announcement of them all (lifecycle.send_many)."""
+    metrics and one announcement of them all (lifecycle.send_many), ended
+    at `now`."""
     if not jobs:
         return []
-    now = db_now()
     ids = [job.id for job in jobs]
     Job.objects.filter(id__in=ids).update(
         status=Job.Status.CANCELED, finished_at=now, process_ms=None, lease_expires_at=None, notify_pending=True,

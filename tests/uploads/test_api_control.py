@@ -186,7 +186,7 @@ def test_deleting_an_export_job_keeps_the_batch(make_user, post_upload, act, tmp
     assert Job.objects.filter(id=job.id).exists() and media.exists(job.upload.file.name)
 
 
-def _batch_cancel_cost(user, post_upload, act, count: int) -> tuple[int, list[Job], list]:
+def _batch_cancel_cost(user, post_upload, act, count: int) -> tuple[list[dict], list[Job], list]:
     """Upload `count` files, cancel their batch through the API with its
     after-commit work run, and return the database statements that took,
     the jobs, and what lifecycle.job_finished's receivers heard."""
@@ -204,7 +204,7 @@ def _batch_cancel_cost(user, post_upload, act, count: int) -> tuple[int, list[Jo
     finally:
         lifecycle.job_finished.disconnect(heard.append)
     assert resp.status_code == 200, resp.content
-    return len(queries), jobs, heard
+    return queries.captured_queries, jobs, heard
 
 
 def test_a_batch_cancel_takes_the_same_statements_whatever_the_batch_s_size(make_user, post_upload, act):
@@ -224,7 +224,7 @@ def test_a_batch_cancel_takes_the_same_statements_whatever_the_batch_s_size(make
         [at] = {j.finished_at for j in Job.objects.filter(id__in=[j.id for j in jobs])}
         assert notify.known(notify_services._canceled_task_id(bob.id, at)) is not None
         assert not any(notify.known(f"notify-job-{j.id}-canceled") for j in jobs)
-    assert large == small
+    assert len(large) == len(small)
     assert set(Job.objects.filter(id__in=[j.id for j in jobs]).values_list("status", flat=True)) == {"canceled"}
     assert all(held(j) is None for j in jobs)
     [events] = heard  # one announcement of them all
@@ -232,6 +232,30 @@ def test_a_batch_cancel_takes_the_same_statements_whatever_the_batch_s_size(make
     assert {(e.owner_id, e.status, e.finished_at) for e in events} == {(bob.id, "canceled", at)}
     assert Job.objects.filter(id__in=[j.id for j in jobs], notify_pending=True).count() == 40  # the outbox
     assert JobAttempt.objects.filter(job__in=jobs).count() == 0
+
+
+def test_a_large_cancel_locks_its_jobs_a_chunk_at_a_time_and_ends_them_together(
+        make_user, post_upload, act, monkeypatch):
+    """A worker starting or finishing a job waits for the transaction that
+    holds its row, so a cancel holds at most CANCEL_CHUNK rows at once, each
+    chunk in a transaction of its own; the jobs still end at one time, and
+    their ending is still one notify task."""
+    from tests.workers import lane_paused
+    from uploads import services
+
+    monkeypatch.setattr(services, "CANCEL_CHUNK", 4)
+    bob = make_user("bob")
+    with lane_paused("io-notify"):
+        statements, jobs, heard = _batch_cancel_cost(bob, post_upload, act, 10)
+        locks = [q["sql"] for q in statements if q["sql"].startswith("SELECT") and "FOR UPDATE" in q["sql"]
+                 and '"uploads_job"."status" IN' in q["sql"]]
+        assert len(locks) == 3, locks  # 4 + 4 + 2
+        [at] = {j.finished_at for j in Job.objects.filter(id__in=[j.id for j in jobs])}
+        notify = dispatcher.scheduler(Lane.IO_NOTIFY)
+        assert notify.known(notify_services._canceled_task_id(bob.id, at)) is not None
+    assert set(Job.objects.filter(id__in=[j.id for j in jobs]).values_list("status", flat=True)) == {"canceled"}
+    assert all(held(j) is None for j in jobs)
+    assert sorted(e.job_id for events in heard for e in events) == sorted(str(j.id) for j in jobs)
 
 
 def test_a_cancel_ends_waiting_running_and_reaped_jobs_alike(make_user, post_upload, act):
