@@ -786,30 +786,22 @@ def cancel_cost(system: System, client: Client) -> dict:
 # --- a run -------------------------------------------------------------------------------------
 
 
-def _pg_statements_install() -> None:
+def _pg(sql: str, params: tuple = ()) -> list[tuple]:
+    """A statement on the benchmark's PostgreSQL; its rows, if any."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-
-
-def _pg_statements_reset() -> None:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_statements_reset()")
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
 
 
 def _pg_statements_top(n: int) -> list[dict]:
     """The `n` statements that took the most time since the last reset,
     every process's (the web's, the workers', this one's)."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT left(query, 300), calls, total_exec_time, mean_exec_time FROM pg_stat_statements "
-                       "ORDER BY total_exec_time DESC LIMIT %s", [n])
-        return [{"query": query, "calls": calls, "total_ms": round(total, 1), "mean_ms": round(mean, 2)}
-                for query, calls, total, mean in cursor.fetchall()]
+    rows = _pg("SELECT left(query, 300), calls, total_exec_time, mean_exec_time FROM pg_stat_statements "
+               "ORDER BY total_exec_time DESC LIMIT %s", (n,))
+    return [{"query": query, "calls": calls, "total_ms": round(total, 1), "mean_ms": round(mean, 2)}
+            for query, calls, total, mean in rows]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -876,7 +868,7 @@ def main() -> None:
         settled: dict[str, float] = {}
         statements: dict[str, list[dict]] = {}
         if PG_STATEMENTS:
-            _pg_statements_install()
+            _pg("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         attacker = Hostile(system, hostile, tiny)
         if CYCLES:
             attacker.prepare()
@@ -890,7 +882,7 @@ def main() -> None:
                     attacker.start()
                     time.sleep(15)  # its load in full swing
                 if PG_STATEMENTS:
-                    _pg_statements_reset()
+                    _pg("SELECT pg_stat_statements_reset()")
                 before, t0 = system.cpu_s(), time.monotonic()
                 for r in range(ROUNDS):
                     phases[phase] += light_round(light, photo, cycle * 100 + r + (50 if phase == "hostile" else 0))

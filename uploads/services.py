@@ -292,10 +292,10 @@ def job_start(*, job_id: str, task_id: str = "") -> Job | None:
 
     Raises JobRowBusy when another transaction has held the job's row for
     FAIRLANE_JOB_START_LOCK_WAIT_MS (PostgreSQL): a queued job's row is
-    locked by its owner's cancel, which for 5,000 jobs holds them a second
-    or more, and the worker's slot, which every user's jobs wait for, would
-    wait with it (bench-isolation: the job-start UPDATE took 3.3 ms on
-    average beside the hostile user, 0.35 ms quiet)."""
+    locked by its owner's cancel until the cancel's chunk commits
+    (jobs_cancel), and the worker's slot, which every user's jobs wait for,
+    would wait with it (bench-isolation, before both: the job-start UPDATE
+    took 3.3 ms on average beside the hostile user, 0.35 ms quiet)."""
     now = db_now()
     try:
         with transaction.atomic():
@@ -532,8 +532,8 @@ def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]
     What a batch mostly holds, jobs waiting that never started and have no
     parts, ends in a few statements for all of them (`_waiting_cancel`),
     whatever their number; the rest (running, a chunked video's, a part)
-    end one by one through job_finish. The dispatcher hears once, after
-    commit, 500 jobs to a call.
+    end one by one through job_finish. The dispatcher hears after each
+    chunk's commit, in one call.
 
     CANCEL_CHUNK jobs to a transaction: a transaction holds the rows it
     cancels until it commits, and a worker starting or finishing one of
@@ -557,7 +557,7 @@ CANCEL_CHUNK = 500
 def _jobs_cancel_chunk(job_ids: list, message: str, now: datetime) -> list[Job]:
     with transaction.atomic():
         jobs = list(Job.objects.select_for_update().filter(
-            id__in=job_ids, status__in=[Job.Status.QUEUED, Job.Status.RUNNING]))
+            id__in=job_ids, status__in=Job.UNFINISHED))
         waiting = {job.id for job in jobs
                    if job.status == Job.Status.QUEUED and job.started_at is None and job.parent_id is None}
         waiting -= set(Job.objects.filter(parent_id__in=waiting).values_list("parent_id", flat=True))

@@ -52,7 +52,7 @@ FAIRLANE_JOB_LEASE_S = float(env("FAIRLANE_JOB_LEASE_S", "15"))
 # How long a worker's start of a job waits for the job's row when another
 # transaction holds it (PostgreSQL's lock_timeout): past it the job is handed
 # back and the slot takes the next one. A queued job's row is locked by its
-# owner's cancel (5,000 jobs: a second or more), and the slot, which other
+# owner's cancel (500 rows to a transaction), and the slot, which other
 # users' jobs wait for, must not wait with it (uploads/services.job_start).
 FAIRLANE_JOB_START_LOCK_WAIT_MS = int(env("FAIRLANE_JOB_START_LOCK_WAIT_MS", "100"))
 # Attempts that ended in a transient error or a lost worker, after which the
