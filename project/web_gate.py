@@ -19,8 +19,12 @@ server's event loop, before any thread:
   whatever their number of requests. A client is the user its credentials
   (Authorization header and session cookie, as sent) were last found to
   be on this process (uploads/throttling.py's `KnownUsers`), else those
-  credentials, or its address when it sends neither; at most FAIRLANE_WEB_WAITING_PER_CLIENT of one client's requests
-  wait (past that: 429 `busy`, Retry-After 1).
+  credentials, or its address when it sends neither (behind
+  FAIRLANE_API_PROXIES proxies, the address the outermost of them saw, from
+  X-Forwarded-For, as the API's throttle counts it: else everyone who is
+  not signed in would share the load balancer's one turn); at most
+  FAIRLANE_WEB_WAITING_PER_CLIENT of one client's requests wait (past
+  that: 429 `busy`, Retry-After 1).
 - **Held refusals.** An API request whose credentials are refused for its
   route class for a while yet (uploads/throttling.py's `KnownRefusals`:
   the throttle learned when their next request would pass) is held here,
@@ -164,8 +168,9 @@ class WebGate:
 
     def __init__(self, app: ASGIApp, *, slots: int, slots_per_client: int, refused: Refused, user_of: UserOf,
                  session_cookie: str, hold_s: float, held_per_client: int, held_most: int,
-                 waiting_per_client: int) -> None:
+                 waiting_per_client: int, proxies: int = 0) -> None:
         self.app = app
+        self.proxies = proxies
         self.slots = FairSlots(slots, slots_per_client, waiting_per_client)
         self.refused = refused
         self.user_of = user_of
@@ -198,7 +203,7 @@ class WebGate:
     async def _handle(self, scope: Scope, headers: dict[str, str], receive: Receive, send: Send) -> None:
         credentials = (headers.get("authorization", ""),
                        parse_cookie(headers.get("cookie", "")).get(self.session_cookie, ""))
-        client = self._client(credentials, scope)
+        client = self._client(credentials, headers, scope)
         method, path = scope["method"], scope["path"]
         if path.startswith("/api/") and (known := self.refused(credentials, method, path)) is not None:
             if self._held[client] < self.held_per_client and self._held.total() < self.held_most:
@@ -220,9 +225,9 @@ class WebGate:
         finally:
             self.slots.leave(client)
 
-    def _client(self, credentials: tuple[str, str], scope: Scope) -> Client:
+    def _client(self, credentials: tuple[str, str], headers: dict[str, str], scope: Scope) -> Client:
         if not any(credentials):
-            return ("", "", (scope.get("client") or ("",))[0])
+            return ("", "", _address(headers, scope, self.proxies))
         user = self.user_of(credentials)
         # A user's key is one string long: no credentials as sent (two) nor address (three) can spell it.
         return credentials if user is None else (f"user:{user}",)
@@ -233,6 +238,18 @@ class WebGate:
             await asyncio.sleep(seconds)
         finally:
             _count(self._held, client, -1)
+
+
+def _address(headers: dict[str, str], scope: Scope, proxies: int) -> str:
+    """The client's address: the peer's, or behind `proxies` proxies the
+    one the outermost of them saw, counted from the right of X-Forwarded-For
+    (each proxy appends its peer; what is left of that the client wrote
+    itself). DRF's SimpleRateThrottle.get_ident, for the same answer."""
+    forwarded = headers.get("x-forwarded-for")
+    if proxies and forwarded:
+        hops = forwarded.split(",")
+        return hops[-min(proxies, len(hops))].strip()
+    return (scope.get("client") or ("",))[0]
 
 
 async def _read_ahead(receive: Receive, most: int) -> Receive:
@@ -263,8 +280,13 @@ def _count(counts: Counter, key: Client, by: int) -> None:
 
 def _headers(scope: Scope) -> dict[str, str]:
     """The request's headers by lower-case name (latin-1, as WSGI reads
-    them); a repeated header keeps its last value."""
-    return {name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", ())}
+    them); a repeated header's values joined by commas, as a2wsgi gives
+    them to Django (so X-Forwarded-For reads the same here and there)."""
+    headers: dict[str, str] = {}
+    for name, value in scope.get("headers", ()):
+        key, text = name.decode("latin-1"), value.decode("latin-1")
+        headers[key] = f"{headers[key]},{text}" if key in headers else text
+    return headers
 
 
 async def _answer(send: Send, status: int, body: dict, retry_after: int) -> None:

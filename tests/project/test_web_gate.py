@@ -193,6 +193,19 @@ def gate_for(inner: Inner, refusals: Refusals, users: dict | None = None, **over
     return WebGate(inner, **{**options, **overrides})
 
 
+def clients_entering(gate: WebGate) -> list:
+    """The client of each request that asks the gate's slots for a turn, in order."""
+    seen: list = []
+    enter = gate.slots.enter
+
+    async def spy(who):
+        seen.append(who)
+        return await enter(who)
+
+    gate.slots.enter = spy
+    return seen
+
+
 def test_a_known_refusal_is_held_on_a_timer_then_answered_429_without_reaching_django():
     async def scenario() -> None:
         inner, refusals = Inner(), Refusals()
@@ -305,17 +318,50 @@ def test_the_body_is_read_before_the_request_takes_a_thread_and_handed_on_whole(
 ])
 def test_a_client_is_the_user_its_credentials_were_found_to_be_or_the_credentials_or_its_address(headers, client):
     async def scenario() -> None:
-        slots_seen: list = []
         gate = gate_for(Inner(), Refusals(), users={("", "known"): 7})
-        enter = gate.slots.enter
-
-        async def spy(who):
-            slots_seen.append(who)
-            return await enter(who)
-
-        gate.slots.enter = spy
+        slots_seen = clients_entering(gate)
         await call(gate, {**scope(), "headers": headers})
         assert slots_seen == [client]
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("proxies, forwarded, address", [
+    (0, [b"203.0.113.9"], "10.0.0.1"),  # no proxies: X-Forwarded-For is the client's own word
+    (1, [], "10.0.0.1"),
+    (1, [b"198.51.100.7, 203.0.113.9"], "203.0.113.9"),  # what the one proxy saw, not what the client wrote
+    (2, [b"198.51.100.7, 203.0.113.9"], "198.51.100.7"),
+    (2, [b"198.51.100.7", b"203.0.113.9"], "198.51.100.7"),  # a repeated header reads as one list
+    (3, [b"203.0.113.9"], "203.0.113.9"),  # fewer hops than proxies: the leftmost
+])
+def test_behind_proxies_an_anonymous_clients_address_is_the_one_the_first_proxy_saw(proxies, forwarded, address):
+    """Behind a load balancer every anonymous request comes from its
+    address: without this, all of them would share one turn."""
+    async def scenario() -> None:
+        gate = gate_for(Inner(), Refusals(), proxies=proxies)
+        slots_seen = clients_entering(gate)
+        await call(gate, {**scope(token=""), "headers": [(b"x-forwarded-for", value) for value in forwarded]})
+        assert slots_seen == [("", "", address)]
+
+    run(scenario())
+
+
+def test_behind_a_proxy_two_anonymous_clients_wait_apart():
+    """Two browsers behind the same load balancer: one with its most
+    requests waiting does not make the other's answer `busy`."""
+    async def scenario() -> None:
+        inner, refusals = Inner(), Refusals()
+        inner.release.clear()
+        gate = gate_for(inner, refusals, waiting_per_client=1, proxies=1)
+        behind = lambda who: {**scope(token=""), "headers": [(b"x-forwarded-for", who)]}  # noqa: E731
+        first = [asyncio.create_task(call(gate, behind(b"198.51.100.7"))) for _ in range(2)]  # in, waiting
+        await settle()
+        assert (await call(gate, behind(b"198.51.100.7")))[0] == 429  # its one waiting place is taken
+        other = asyncio.create_task(call(gate, behind(b"203.0.113.9")))
+        await settle()
+        assert not other.done(), other.result()  # waits its own turn
+        inner.release.set()
+        assert [(await task)[0] for task in (*first, other)] == [200, 200, 200]
 
     run(scenario())
 
