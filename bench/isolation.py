@@ -50,6 +50,10 @@ production), all started here and stopped at the end.
    LREMs the cancel did before 355e832 (replayed on the same lists), by
    command and by the scheduler's function (the slow log, every command).
 
+BENCH_ISOLATION_ENV="NAME=value ..." sets the system's settings (its
+environment) for an experiment, e.g. FAIRLANE_WEB_THREADS_PER_CLIENT=1
+or FAIRLANE_API_SECONDS_PER_MIN=10; the results say which (`settings`).
+
 BENCH_ISOLATION_PG_STATEMENTS=1 adds, per light phase, PostgreSQL's
 statements that took the most time (pg_stat_statements), and logs the plans
 of those over 1 s (auto_explain): where the hostile user's database time goes.
@@ -107,6 +111,11 @@ POLL_TIMEOUT_S = 30  # a hostile page's request, then counted as "timeout"
 # top statements by time go to the results (`postgres_statements`).
 PG_STATEMENTS = os.environ.get("BENCH_ISOLATION_PG_STATEMENTS") == "1"
 PG_TOP = 15
+# Settings for an experiment, over the system's own: "NAME=value NAME=value".
+_PAIRS = os.environ.get("BENCH_ISOLATION_ENV", "").split()
+if not all(pair.find("=") > 0 for pair in _PAIRS):
+    raise SystemExit("BENCH_ISOLATION_ENV is NAME=value pairs, separated by spaces")
+SETTINGS = dict(pair.split("=", 1) for pair in _PAIRS)
 ROUNDS = 3
 HOSTS = int(os.environ.get("BENCH_ISOLATION_HOSTS", "1"))
 if HOSTS not in (1, 2):
@@ -166,7 +175,7 @@ class System:
             "FAIRLANE_VAR_DIR": str(work / "var"), "FAIRLANE_BASE_URL": self.web_url, "DJANGO_DEBUG": "0",
             "LOG_LEVEL": "WARNING", "FAIRLANE_WEBHOOK_ALLOW_LOOPBACK": "1",
             "NOTIFY_WEBHOOK_ALLOWED_PORTS": f"80,443,{self.receiver.port}",
-            "DJANGO_SETTINGS_MODULE": "project.settings",
+            "DJANGO_SETTINGS_MODULE": "project.settings", **SETTINGS,
         }
         os.environ.update(self.env)
         for argv in (["migrate", "--noinput", "-v0"], ["storage_setup"]):
@@ -962,6 +971,7 @@ def report(light: dict | None, polls: list[dict], cancel: dict) -> None:
         targets[f"the hostile user's refusals 4xx, never 5xx ({refusals:,} refused, {server_errors} 5xx)"] = (
             server_errors == 0 and refusals > 0)
     out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hosts": HOSTS, "web_server": WEB_SERVER,
+           "settings": SETTINGS,
            "cpus": None if HOSTS == 1 else {"web": sorted(WEB_CPUS), "transcode": sorted(TRANSCODE_CPUS)},
            "light": light, "polls": polls,
            "cancel": cancel, "targets": targets, "load": os.getloadavg()}
