@@ -18,5 +18,4 @@ application = WebGate(
     slots=settings.FAIRLANE_WEB_THREADS, slots_per_client=settings.FAIRLANE_WEB_THREADS_PER_CLIENT,
     refused=known_refusal, user_of=known_users.user_of, session_cookie=settings.SESSION_COOKIE_NAME,
     hold_s=settings.FAIRLANE_WEB_REFUSAL_HOLD_S, held_per_client=settings.FAIRLANE_WEB_HELD_PER_CLIENT,
-    held_most=settings.FAIRLANE_WEB_HELD_MOST, waiting_per_client=settings.FAIRLANE_WEB_WAITING_PER_CLIENT,
-    proxies=settings.REST_FRAMEWORK["NUM_PROXIES"])
+    held_most=settings.FAIRLANE_WEB_HELD_MOST, waiting_per_client=settings.FAIRLANE_WEB_WAITING_PER_CLIENT)

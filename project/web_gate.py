@@ -51,11 +51,14 @@ import math
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
 from typing import Any
 
 from django.http.cookie import parse_cookie
+from rest_framework.throttling import BaseThrottle
 
 access_log = logging.getLogger("fairlane.access")
+_IDENT = BaseThrottle()  # its get_ident: an anonymous client's address
 # A request body up to this size is read before the request takes a thread
 # (the API's JSON bodies are a few KB; a multipart upload's parts are larger).
 BODY_READ_AHEAD = 256 * 1024
@@ -168,9 +171,8 @@ class WebGate:
 
     def __init__(self, app: ASGIApp, *, slots: int, slots_per_client: int, refused: Refused, user_of: UserOf,
                  session_cookie: str, hold_s: float, held_per_client: int, held_most: int,
-                 waiting_per_client: int, proxies: int = 0) -> None:
+                 waiting_per_client: int) -> None:
         self.app = app
-        self.proxies = proxies
         self.slots = FairSlots(slots, slots_per_client, waiting_per_client)
         self.refused = refused
         self.user_of = user_of
@@ -227,7 +229,7 @@ class WebGate:
 
     def _client(self, credentials: tuple[str, str], headers: dict[str, str], scope: Scope) -> Client:
         if not any(credentials):
-            return ("", "", _address(headers, scope, self.proxies))
+            return ("", "", _address(headers, scope))
         user = self.user_of(credentials)
         # A user's key is one string long: no credentials as sent (two) nor address (three) can spell it.
         return credentials if user is None else (f"user:{user}",)
@@ -240,16 +242,13 @@ class WebGate:
             _count(self._held, client, -1)
 
 
-def _address(headers: dict[str, str], scope: Scope, proxies: int) -> str:
-    """The client's address: the peer's, or behind `proxies` proxies the
-    one the outermost of them saw, counted from the right of X-Forwarded-For
-    (each proxy appends its peer; what is left of that the client wrote
-    itself). DRF's SimpleRateThrottle.get_ident, for the same answer."""
-    forwarded = headers.get("x-forwarded-for")
-    if proxies and forwarded:
-        hops = forwarded.split(",")
-        return hops[-min(proxies, len(hops))].strip()
-    return (scope.get("client") or ("",))[0]
+def _address(headers: dict[str, str], scope: Scope) -> str:
+    """The client's address as DRF's throttle finds an anonymous one
+    (BaseThrottle.get_ident, REST_FRAMEWORK's NUM_PROXIES): the peer's, or
+    behind N proxies the one the outermost of them saw, counted from the
+    right of X-Forwarded-For. Asked of DRF itself, so the turn and the
+    anonymous rate cannot disagree."""
+    return _IDENT.get_ident(SimpleNamespace(headers=headers, META={"REMOTE_ADDR": (scope.get("client") or ("",))[0]}))
 
 
 async def _read_ahead(receive: Receive, most: int) -> Receive:

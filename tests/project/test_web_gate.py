@@ -334,11 +334,14 @@ def test_a_client_is_the_user_its_credentials_were_found_to_be_or_the_credential
     (2, [b"198.51.100.7", b"203.0.113.9"], "198.51.100.7"),  # a repeated header reads as one list
     (3, [b"203.0.113.9"], "203.0.113.9"),  # fewer hops than proxies: the leftmost
 ])
-def test_behind_proxies_an_anonymous_clients_address_is_the_one_the_first_proxy_saw(proxies, forwarded, address):
+def test_behind_proxies_an_anonymous_clients_address_is_the_one_the_first_proxy_saw(proxies, forwarded, address,
+                                                                                     settings):
     """Behind a load balancer every anonymous request comes from its
     address: without this, all of them would share one turn."""
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": proxies}
+
     async def scenario() -> None:
-        gate = gate_for(Inner(), Refusals(), proxies=proxies)
+        gate = gate_for(Inner(), Refusals())
         slots_seen = clients_entering(gate)
         await call(gate, {**scope(token=""), "headers": [(b"x-forwarded-for", value) for value in forwarded]})
         assert slots_seen == [("", "", address)]
@@ -346,13 +349,15 @@ def test_behind_proxies_an_anonymous_clients_address_is_the_one_the_first_proxy_
     run(scenario())
 
 
-def test_behind_a_proxy_two_anonymous_clients_wait_apart():
+def test_behind_a_proxy_two_anonymous_clients_wait_apart(settings):
     """Two browsers behind the same load balancer: one with its most
     requests waiting does not make the other's answer `busy`."""
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+
     async def scenario() -> None:
         inner, refusals = Inner(), Refusals()
         inner.release.clear()
-        gate = gate_for(inner, refusals, waiting_per_client=1, proxies=1)
+        gate = gate_for(inner, refusals, waiting_per_client=1)
         behind = lambda who: {**scope(token=""), "headers": [(b"x-forwarded-for", who)]}  # noqa: E731
         first = [asyncio.create_task(call(gate, behind(b"198.51.100.7"))) for _ in range(2)]  # in, waiting
         await settle()
