@@ -57,6 +57,20 @@ def _quick_password_hashes():
     hashers.get_hashers_by_algorithm.cache_clear()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _teardown_flush_outlives_a_deadlock():
+    """The flush after each transactional test is run again when PostgreSQL
+    makes it the victim of a deadlock with a worker's commit (tests/flush.py)."""
+    from django.test import TransactionTestCase
+
+    from tests.flush import retried_on_deadlock
+
+    original = TransactionTestCase._fixture_teardown
+    TransactionTestCase._fixture_teardown = retried_on_deadlock(original)
+    yield
+    TransactionTestCase._fixture_teardown = original
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     """Set by tests/services_plugin.py or by the caller's environment."""

@@ -79,6 +79,20 @@ def wait_for(predicate, timeout: float, what, every: float = 0.1, *,
         time.sleep(every)
 
 
+def wait_for_lock_wait(query_like: str, what: str, timeout: float = 60.0) -> None:
+    """Until another PostgreSQL session whose statement matches `query_like`
+    (ILIKE) waits for a lock: the moment a concurrency test lets the holder go."""
+    from django.db import connection
+
+    def waiting() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                           "AND query ILIKE %s AND pid <> pg_backend_pid()", [query_like])
+            return cursor.fetchone()[0] > 0
+
+    wait_for(waiting, timeout, what, every=0.02)
+
+
 def running_job(job_ids: list[str], *, min_progress: int = 1) -> Job | None:
     return Job.objects.filter(id__in=job_ids, status="running", progress__gte=min_progress).first()
 

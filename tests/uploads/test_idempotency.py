@@ -11,7 +11,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection, connections
 from django.utils import timezone
 
-from tests.promise import wait_for
+from tests.promise import wait_for_lock_wait
 from uploads import services
 from uploads.models import IdempotencyKey, Job, Upload
 
@@ -136,13 +136,7 @@ def test_concurrent_twins_create_once_and_both_get_the_first_answer(make_user, a
     second = threading.Thread(target=send, args=("second",))
     second.start()
 
-    def twin_waits_on_the_key() -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                           "AND query ILIKE '%%uploads_idempotencykey%%' AND pid <> pg_backend_pid()")
-            return cursor.fetchone()[0] > 0
-
-    wait_for(twin_waits_on_the_key, 60, "the second request to wait on the key", every=0.05)
+    wait_for_lock_wait("%uploads_idempotencykey%", "the second request to wait on the key", 60)
     go.set()
     first.join(60)
     second.join(60)

@@ -22,7 +22,7 @@ from django.utils import timezone
 import dispatcher
 import media
 from project.lanes import Lane
-from tests.promise import wait_for
+from tests.promise import wait_for_lock_wait
 from tests.uploads.test_plans import store_unchecked
 from uploads import limits, services
 from uploads.models import Batch, DirectUpload, Job, Profile, Upload
@@ -331,13 +331,7 @@ def test_two_requests_at_once_cannot_both_squeeze_under_the_limit(make_user, mon
     second = threading.Thread(target=record, args=("second",), name="second")
     second.start()
 
-    def second_waits_on_the_lock() -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                           "AND query ILIKE '%%FOR NO KEY UPDATE%%' AND pid <> pg_backend_pid()")
-            return cursor.fetchone()[0] > 0
-
-    wait_for(second_waits_on_the_lock, 60, "the second request to wait on the user's lock", every=0.05)
+    wait_for_lock_wait("%FOR NO KEY UPDATE%", "the second request to wait on the user's lock", 60)
     go.set()
     first.join(60)
     second.join(60)
