@@ -23,9 +23,10 @@ production), all started here and stopped at the end.
      after RECEIVER_DELAY_S;
    - slow uploads: SLOW_UPLOADS uploads sending their parts to the store
      at a trickle.
-   The hostile clients run niced (its pollers in a process of their own,
-   its other clients in threads niced each): they stand for other
-   machines. Quiet and hostile phases alternate (a, b, a, b) so the
+   The hostile clients run niced, in processes of their own (its
+   pollers in one, its other clients in another, its receiver in a
+   third): they stand for other machines, and do not share the light
+   users' clients' process (its GIL). Quiet and hostile phases alternate (a, b, a, b) so the
    machine's drift falls on both; a quiet phase after a hostile one starts
    once the system is idle again (`_settle`), so that what the hostile
    user left running is not counted as quiet.
@@ -74,6 +75,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -257,30 +259,54 @@ class System:
 
 
 class Receiver:
-    """A webhook receiver that answers 200 after RECEIVER_DELAY_S."""
+    """A webhook receiver that answers 200 after RECEIVER_DELAY_S, in a
+    process of its own (niced): the hostile user's machine, not a thread
+    of the light users' clients, whose GIL it would share."""
 
     def __init__(self) -> None:
-        self.count = 0
-
-        class Slow(BaseHTTPRequestHandler):
-            def do_POST(handler) -> None:  # noqa: N805
-                handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
-                self.count += 1
-                time.sleep(RECEIVER_DELAY_S)
-                handler.send_response(200)
-                handler.send_header("Content-Length", "0")
-                handler.end_headers()
-
-            def log_message(handler, *args) -> None:  # noqa: N805
-                pass
-
+        context = multiprocessing.get_context("spawn")
+        self._count = context.Value("i", 0)
         self.port = free_port()
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Slow)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.proc = context.Process(target=_receiver_main, args=(self.port, self._count), daemon=True)
+        self.proc.start()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or not self.proc.is_alive():
+                    raise
+                time.sleep(0.1)
+
+    @property
+    def count(self) -> int:
+        return self._count.value
 
     def close(self) -> None:
-        self.server.shutdown()
+        self.proc.terminate()
+        self.proc.join(10)
+
+
+def _receiver_main(port: int, count) -> None:
+    os.nice(19)
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_POST(handler) -> None:  # noqa: N805
+            handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+            with count.get_lock():
+                count.value += 1
+            time.sleep(RECEIVER_DELAY_S)
+            handler.send_response(200)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+
+        def log_message(handler, *args) -> None:  # noqa: N805
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Slow)
+    server.daemon_threads = True
+    server.serve_forever()
 
 
 # --- clients ---------------------------------------------------------------------------------
@@ -507,14 +533,69 @@ def _pollers_main(port: int, token: str, clients: int, stop, out) -> None:
         await asyncio.gather(*(page(2.0 * i / clients) for i in range(clients)))
 
     asyncio.run(run())
-    out.put(dict(statuses))
+    out.put({"statuses": dict(statuses)})
 
 
-def _niced() -> None:
-    """This thread (Linux schedules threads, and nice is each one's) at the
-    lowest priority: the hostile user's clients stand for other machines,
-    as its pollers' process does."""
-    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+def _hostile_clients_main(port: int, token: str, batch: str, spare: str, stop, out) -> None:
+    """The hostile user's other clients in a process of their own, niced, as
+    its pollers are: other machines. Threads of the light users' clients'
+    process, they would share its GIL, and a niced thread that holds it
+    while the core is elsewhere holds the light users' clients up."""
+    os.nice(19)
+    load = _HostileLoad(Client(port, token), batch, spare, stop)
+    threads = [threading.Thread(target=load.cancel_retry)]
+    threads += [threading.Thread(target=load.slow_upload, args=(i,)) for i in range(SLOW_UPLOADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    out.put({"statuses": dict(load.statuses), "cancel_s": load.cancel_s, "retry_s": load.retry_s})
+
+
+class _HostileLoad:
+    """Its batch canceled and retried in a loop, and its slow uploads."""
+
+    def __init__(self, client: Client, batch: str, spare: str, stop) -> None:
+        self.client, self.batch, self.spare, self.stop = client, batch, spare, stop
+        self.statuses: Counter = Counter()
+        self.cancel_s: list[float] = []
+        self.retry_s: list[float] = []
+        self.lock = threading.Lock()
+
+    def record(self, status: int) -> None:
+        with self.lock:
+            self.statuses[status] += 1
+
+    def cancel_retry(self) -> None:
+        while not self.stop.is_set():
+            for action, times in (("cancel", self.cancel_s), ("retry", self.retry_s)):
+                t0 = time.monotonic()
+                status, _ = self.client.call("POST", f"/api/batches/{self.batch}/{action}/")
+                times.append(time.monotonic() - t0)
+                self.record(status)
+            # One more file while its jobs are at their maximum: refused whole.
+            self.record(self.client.call("POST", "/api/uploads/", {"direct": [self.spare]})[0])
+
+    def slow_upload(self, i: int) -> None:
+        """Parts of 1 MB at 1 KB per 50 ms (~20 KB/s), given up once sent."""
+        body = random.Random(i).randbytes(1024 * 1024)
+        while not self.stop.is_set():
+            status, answer = self.client.call("POST", "/api/uploads/direct/", {"files": [
+                {"filename": f"slow-{i}.mov", "size": len(body)}]})
+            self.record(status)
+            if status != 201:
+                self.stop.wait(5)
+                continue
+            upload = answer["uploads"][0]
+            url = upload["urls"][0]
+            try:
+                self.record(put_part(url["url"], url["headers"], body[:url["size"]], chunk_s=0.05))
+            except OSError:
+                pass
+            status, _ = self.client.call("DELETE", f"/api/uploads/direct/{upload['id']}/")
+            self.record(status)
+            if self.stop.is_set():
+                return
 
 
 class Hostile:
@@ -525,15 +606,13 @@ class Hostile:
         self.statuses: Counter = Counter()
         self.cancel_s: list[float] = []
         self.retry_s: list[float] = []
-        self.stop = threading.Event()
-        self.threads: list[threading.Thread] = []
         # Spawned, not forked: a fork of this many-threaded process can
         # start with a lock another thread held (the second hostile phase's
         # pollers of two runs never answered).
-        context = multiprocessing.get_context("spawn")
-        self.pollers: multiprocessing.Process | None = None
-        self.pollers_stop = context.Event()
-        self.poller_results = context.Queue()
+        self.context = multiprocessing.get_context("spawn")
+        self.procs: list[multiprocessing.Process] = []
+        self.stop = self.context.Event()
+        self.results = self.context.Queue()
 
     def record(self, status: int) -> None:
         self.statuses[status] += 1
@@ -561,7 +640,8 @@ class Hostile:
         return Token.objects.get(key=self.client.token).user_id
 
     def start(self) -> None:
-        """Its endpoints (each finished job is a delivery to each), then its load."""
+        """Its endpoints (each finished job is a delivery to each), then its
+        load: its pollers' process and its other clients' process."""
         from notify.events import SUBSCRIBABLE
 
         endpoint = lambda name: {"url": f"http://127.0.0.1:{self.system.receiver.port}/{name}",  # noqa: E731
@@ -570,64 +650,30 @@ class Hostile:
                           for i in range(self.limits.webhook_endpoints)]
         self.record(self.client.call("POST", "/api/webhooks/", endpoint("more"))[0])  # one more: refused
         self.stop.clear()
-        self.pollers_stop.clear()
-        self.pollers = multiprocessing.get_context("spawn").Process(
-            target=_pollers_main, args=(self.system.web_port, self.client.token, POLLERS, self.pollers_stop,
-                                        self.poller_results), daemon=True)
-        self.pollers.start()
-        self.threads = [threading.Thread(target=self._cancel_retry, daemon=True)]
-        self.threads += [threading.Thread(target=self._slow_upload, args=(i,), daemon=True)
-                         for i in range(SLOW_UPLOADS)]
-        for thread in self.threads:
-            thread.start()
+        port, token = self.system.web_port, self.client.token
+        self.procs = [
+            self.context.Process(target=_pollers_main, args=(port, token, POLLERS, self.stop, self.results),
+                                 daemon=True),
+            self.context.Process(target=_hostile_clients_main,
+                                 args=(port, token, self.batch, self.spare, self.stop, self.results), daemon=True)]
+        for proc in self.procs:
+            proc.start()
 
     def finish(self) -> None:
         """Its load stops, its batch is canceled and its endpoints go (so
         that no delivery of its runs on into a quiet phase)."""
         self.stop.set()
-        self.pollers_stop.set()
-        for thread in self.threads:
-            thread.join()
-        if self.pollers is not None:
-            for status, n in self.poller_results.get(timeout=120).items():
+        for _ in self.procs:
+            result = self.results.get(timeout=120)
+            for status, n in result["statuses"].items():
                 self.statuses[status] += n
-            self.pollers.join()
+            self.cancel_s += result.get("cancel_s", [])
+            self.retry_s += result.get("retry_s", [])
+        for proc in self.procs:
+            proc.join()
         self.client.ok("POST", f"/api/batches/{self.batch}/cancel/")
         for endpoint in self.endpoints:
             self.client.ok("DELETE", f"/api/webhooks/{endpoint}/")
-
-    def _cancel_retry(self) -> None:
-        _niced()
-        while not self.stop.is_set():
-            for action, times in (("cancel", self.cancel_s), ("retry", self.retry_s)):
-                t0 = time.monotonic()
-                status, _ = self.client.call("POST", f"/api/batches/{self.batch}/{action}/")
-                times.append(time.monotonic() - t0)
-                self.record(status)
-            # One more file while its jobs are at their maximum: refused whole.
-            self.record(self.client.call("POST", "/api/uploads/", {"direct": [self.spare]})[0])
-
-    def _slow_upload(self, i: int) -> None:
-        """Parts of 1 MB at 1 KB per 50 ms (~20 KB/s), given up once sent."""
-        _niced()
-        body = random.Random(i).randbytes(1024 * 1024)
-        while not self.stop.is_set():
-            status, answer = self.client.call("POST", "/api/uploads/direct/", {"files": [
-                {"filename": f"slow-{i}.mov", "size": len(body)}]})
-            self.record(status)
-            if status != 201:
-                self.stop.wait(5)
-                continue
-            upload = answer["uploads"][0]
-            url = upload["urls"][0]
-            try:
-                self.record(put_part(url["url"], url["headers"], body[:url["size"]], chunk_s=0.05))
-            except OSError:
-                pass
-            status, _ = self.client.call("DELETE", f"/api/uploads/direct/{upload['id']}/")
-            self.record(status)
-            if self.stop.is_set():
-                return
 
 
 # --- Redis CPU per poll, and per cancel ----------------------------------------------------------------
@@ -864,6 +910,15 @@ def main() -> None:
         token = lambda name, **kw: Token.objects.create(user=users.create_user(name, **kw)).key  # noqa: E731
         light = [Client(system.web_port, token(f"light-{i:02d}")) for i in range(LIGHT_USERS)]
         hostile = Client(system.web_port, token("hostile"))
+        # Part 2's poller measures Redis per poll, 500 polls a size in a few
+        # seconds on a fast machine: more than a plan's default reads a
+        # minute (1,200), so its plan allows the most (project/plans.py).
+        poller = Client(system.web_port, token("poller"))
+        from project import plans
+        from uploads.models import Profile
+
+        Profile.objects.create(user=users.get(username="poller"), api_reads_per_min=plans.API_RATE_MAX,
+                               api_seconds_per_min=plans.API_SECONDS_MAX)
         staff = Client(system.web_port, session=session_for(users.create_user("staff", is_staff=True,
                                                                               is_superuser=True)))
         photo = picture(1, (1024, 768), "JPEG")
@@ -935,9 +990,9 @@ def main() -> None:
         }
         system.stop_workers()
         # The poller has a batch that waits (no worker takes it): its poll asks for an estimate.
-        direct_upload(light[0], [("waiting.jpg", photo)])
+        direct_upload(poller, [("waiting.jpg", photo)])
         print("Redis CPU per batch poll:", flush=True)
-        polls = poll_cost(system, light[0], staff)
+        polls = poll_cost(system, poller, staff)
         cancel = cancel_cost(system, light[1])
         print(f"5,000-job cancel: {cancel['redis_cpu_s']:.3f} s of Redis CPU (before: "
               f"{cancel['before_lrem_redis_cpu_s']:.2f} s); by command (us): {cancel['redis_usec_by_command']}; "
