@@ -301,7 +301,9 @@ def _log_access(scope: Scope, headers: dict[str, str], status: int, size: int, s
         return
     query = scope.get("query_string", b"").decode("latin-1")
     target = scope["path"] + (f"?{query}" if query else "")
-    access_log.info('%s "%s %s HTTP/%s" %s %s "%s" "%s" %.3fs', (scope.get("client") or ("-",))[0],
+    # The client's address as the turn and the anonymous rate see it: behind
+    # proxies, the one the outermost saw, not the balancer's.
+    access_log.info('%s "%s %s HTTP/%s" %s %s "%s" "%s" %.3fs', _address(headers, scope) or "-",
                     scope["method"], target, scope.get("http_version", "1.1"), status or "-", size,
                     headers.get("referer", "-"), headers.get("user-agent", "-"), seconds)
 

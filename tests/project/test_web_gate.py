@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -335,9 +336,10 @@ def test_a_client_is_the_user_its_credentials_were_found_to_be_or_the_credential
     (3, [b"203.0.113.9"], "203.0.113.9"),  # fewer hops than proxies: the leftmost
 ])
 def test_behind_proxies_an_anonymous_clients_address_is_the_one_the_first_proxy_saw(proxies, forwarded, address,
-                                                                                     settings):
+                                                                                     settings, caplog):
     """Behind a load balancer every anonymous request comes from its
-    address: without this, all of them would share one turn."""
+    address: without this, all of them would share one turn. The access
+    line names the same address, not the balancer's."""
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": proxies}
 
     async def scenario() -> None:
@@ -346,7 +348,10 @@ def test_behind_proxies_an_anonymous_clients_address_is_the_one_the_first_proxy_
         await call(gate, {**scope(token=""), "headers": [(b"x-forwarded-for", value) for value in forwarded]})
         assert slots_seen == [("", "", address)]
 
-    run(scenario())
+    with caplog.at_level(logging.INFO, logger="fairlane.access"):
+        run(scenario())
+    [line] = [r.getMessage() for r in caplog.records if r.name == "fairlane.access"]
+    assert line.startswith(f'{address} "GET /api/batches/ HTTP/1.1" 200 '), line
 
 
 def test_behind_a_proxy_two_anonymous_clients_wait_apart(settings):
