@@ -75,7 +75,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -269,15 +268,9 @@ class Receiver:
         self.port = free_port()
         self.proc = context.Process(target=_receiver_main, args=(self.port, self._count), daemon=True)
         self.proc.start()
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or not self.proc.is_alive():
-                    raise
-                time.sleep(0.1)
+        from bench.private_services import wait_port
+
+        wait_port("127.0.0.1", self.port, "the webhook receiver", timeout=30)
 
     @property
     def count(self) -> int:

@@ -42,5 +42,4 @@ def retried_on_deadlock(teardown: Callable) -> Callable:
                 if attempt == TRIES or not deadlocked(error):
                     raise
 
-    fixture_teardown.retried = True
     return fixture_teardown

@@ -16,7 +16,7 @@ from django.core.management.color import no_style
 from django.core.management.sql import sql_flush
 from django.db import connection, connections
 
-from tests.flush import TRIES, deadlocked, retried_on_deadlock
+from tests.flush import DEADLOCK, TRIES, deadlocked, retried_on_deadlock
 from tests.promise import wait_for_lock_wait
 from uploads.models import Batch
 
@@ -107,7 +107,7 @@ def test_a_flush_deadlocked_every_time_gives_up_after_its_tries():
     calls = []
 
     class Deadlock(Exception):
-        sqlstate = "40P01"
+        sqlstate = DEADLOCK
 
     def always(_case) -> None:
         calls.append(1)
