@@ -49,6 +49,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Each user's plan read once per request, whoever asks (uploads/limits.py).
+    "uploads.limits.PlanOncePerRequestMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # An API request refused for a while yet is answered before any of the
     # work below (uploads/throttling.py).

@@ -17,12 +17,14 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import IntegrityError, connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import dispatcher
 import media
 from project.lanes import Lane
 from tests.promise import wait_for_lock_wait
+from tests.uploads.test_direct import put
 from tests.uploads.test_plans import store_unchecked
 from uploads import limits, services
 from uploads.models import Batch, DirectUpload, Job, Profile, Upload
@@ -167,6 +169,36 @@ def test_a_stored_bad_limit_falls_back_to_its_default_for_that_user_only(make_us
     got = limits.limits_for(user_id=alice.pk)
     assert (got.queued_jobs, got.webhook_endpoints) == (7, 4)
     assert f"plan of user {alice.pk} has invalid max_queued_jobs" in caplog.text
+
+
+def test_a_request_reads_its_users_plan_once_and_the_next_request_reads_it_again(
+        storage_backend, make_user, api_client_for):
+    """Its throttle, its first look and its check under the lock each ask for
+    the plan; on a busy database host every round trip waits for the core."""
+    alice = make_user("alice")
+    plan(alice, max_pending_uploads=2)
+    client = api_client_for(alice)
+
+    def plan_reads(call):
+        with CaptureQueriesContext(connection) as queries:
+            resp = call()
+        return resp, sum('FROM "uploads_profile"' in q["sql"] for q in queries.captured_queries)
+
+    created, reads = plan_reads(lambda: client.post(
+        "/api/uploads/direct/", {"files": [{"filename": "a.png", "size": 3}]}, format="json"))
+    assert created.status_code == 201, created.content
+    assert reads == 1  # the throttle's and the room check's
+    [upload] = created.json()["uploads"]
+    assert put(client, upload["urls"][0], b"abc") == 200
+    claimed, reads = plan_reads(lambda: client.post("/api/uploads/", {"direct": [upload["id"]]}, format="json"))
+    assert claimed.status_code == 202, claimed.content
+    assert reads == 1  # the throttle's, the first look's and the two checks under the lock
+    plan(alice, max_pending_uploads=1)  # edited between two requests: the next one sees it
+    direct = {"files": [{"filename": f"{n}.png", "size": 3} for n in "bc"]}
+    refused, reads = plan_reads(lambda: client.post("/api/uploads/direct/", direct, format="json"))
+    assert_refused(refused, "too_many_pending_uploads", limit=1, count=0, requested=2)
+    assert reads == 1
+    assert limits.limits_for(user_id=alice.pk).pending_uploads == 1  # outside a request: read each time
 
 
 # --- jobs queued or scheduled -----------------------------------------------------------------------------------
