@@ -81,7 +81,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -526,38 +526,41 @@ def _pollers_main(port: int, token: str, clients: int, stop, out) -> None:
         await asyncio.gather(*(page(2.0 * i / clients) for i in range(clients)))
 
     asyncio.run(run())
-    out.put({"statuses": dict(statuses)})
+    out.put({"statuses": dict(statuses), "by_call": {"poll": dict(statuses)}})
 
 
-def _hostile_clients_main(port: int, token: str, batch: str, spare: str, stop, out) -> None:
+def _hostile_clients_main(port: int, token: str, batch: str, spare: str, tiny: bytes, stop, out) -> None:
     """The hostile user's other clients in a process of their own, niced, as
     its pollers are: other machines. Threads of the light users' clients'
     process, they would share its GIL, and a niced thread that holds it
     while the core is elsewhere holds the light users' clients up."""
     os.nice(19)
-    load = _HostileLoad(Client(port, token), batch, spare, stop)
+    load = _HostileLoad(Client(port, token), batch, spare, tiny, stop)
     threads = [threading.Thread(target=load.cancel_retry)]
     threads += [threading.Thread(target=load.slow_upload, args=(i,)) for i in range(SLOW_UPLOADS)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    out.put({"statuses": dict(load.statuses), "cancel_s": load.cancel_s, "retry_s": load.retry_s})
+    out.put({"statuses": dict(load.statuses), "by_call": {call: dict(n) for call, n in load.by_call.items()},
+             "cancel_s": load.cancel_s, "retry_s": load.retry_s, "spare": load.spare})
 
 
 class _HostileLoad:
     """Its batch canceled and retried in a loop, and its slow uploads."""
 
-    def __init__(self, client: Client, batch: str, spare: str, stop) -> None:
-        self.client, self.batch, self.spare, self.stop = client, batch, spare, stop
+    def __init__(self, client: Client, batch: str, spare: str, tiny: bytes, stop) -> None:
+        self.client, self.batch, self.spare, self.tiny, self.stop = client, batch, spare, tiny, stop
         self.statuses: Counter = Counter()
+        self.by_call: defaultdict[str, Counter] = defaultdict(Counter)
         self.cancel_s: list[float] = []
         self.retry_s: list[float] = []
         self.lock = threading.Lock()
 
-    def record(self, status: int) -> None:
+    def record(self, status: int, call: str) -> None:
         with self.lock:
             self.statuses[status] += 1
+            self.by_call[call][status] += 1
 
     def cancel_retry(self) -> None:
         while not self.stop.is_set():
@@ -565,9 +568,17 @@ class _HostileLoad:
                 t0 = time.monotonic()
                 status, _ = self.client.call("POST", f"/api/batches/{self.batch}/{action}/")
                 times.append(time.monotonic() - t0)
-                self.record(status)
+                self.record(status, f"batch {action}")
             # One more file while its jobs are at their maximum: refused whole.
-            self.record(self.client.call("POST", "/api/uploads/", {"direct": [self.spare]})[0])
+            # Accepted when its retry was refused (its jobs below the
+            # maximum); then a claim of it again would be a 400 (an upload
+            # already claimed), so another is sent for the next time.
+            status = self.client.call("POST", "/api/uploads/", {"direct": [self.spare]})[0]
+            self.record(status, "claim past the maximum")
+            if status == 202:
+                spare = direct_create(self.client, [("spare.png", self.tiny)])[0]
+                put_part(spare["urls"][0]["url"], spare["urls"][0]["headers"], self.tiny)
+                self.spare = spare["id"]
 
     def slow_upload(self, i: int) -> None:
         """Parts of 1 MB at 1 KB per 50 ms (~20 KB/s), given up once sent."""
@@ -575,18 +586,19 @@ class _HostileLoad:
         while not self.stop.is_set():
             status, answer = self.client.call("POST", "/api/uploads/direct/", {"files": [
                 {"filename": f"slow-{i}.mov", "size": len(body)}]})
-            self.record(status)
+            self.record(status, "slow upload: create")
             if status != 201:
                 self.stop.wait(5)
                 continue
             upload = answer["uploads"][0]
             url = upload["urls"][0]
             try:
-                self.record(put_part(url["url"], url["headers"], body[:url["size"]], chunk_s=0.05))
+                self.record(put_part(url["url"], url["headers"], body[:url["size"]], chunk_s=0.05),
+                            "slow upload: PUT to the store")
             except OSError:
                 pass
             status, _ = self.client.call("DELETE", f"/api/uploads/direct/{upload['id']}/")
-            self.record(status)
+            self.record(status, "slow upload: give up")
             if self.stop.is_set():
                 return
 
@@ -597,6 +609,7 @@ class Hostile:
     def __init__(self, system: System, client: Client, tiny: bytes) -> None:
         self.system, self.client, self.tiny = system, client, tiny
         self.statuses: Counter = Counter()
+        self.by_call: defaultdict[str, Counter] = defaultdict(Counter)
         self.cancel_s: list[float] = []
         self.retry_s: list[float] = []
         # Spawned, not forked: a fork of this many-threaded process can
@@ -607,8 +620,9 @@ class Hostile:
         self.stop = self.context.Event()
         self.results = self.context.Queue()
 
-    def record(self, status: int) -> None:
+    def record(self, status: int, call: str) -> None:
         self.statuses[status] += 1
+        self.by_call[call][status] += 1
 
     def prepare(self) -> None:
         """What it holds throughout: its maximum of jobs, 5,000 of them
@@ -641,14 +655,16 @@ class Hostile:
                                  "events": [str(e) for e in SUBSCRIBABLE]}
         self.endpoints = [self.client.ok("POST", "/api/webhooks/", endpoint(f"h{i}"))["id"]
                           for i in range(self.limits.webhook_endpoints)]
-        self.record(self.client.call("POST", "/api/webhooks/", endpoint("more"))[0])  # one more: refused
+        self.record(self.client.call("POST", "/api/webhooks/", endpoint("more"))[0],  # one more: refused
+                    "endpoint past the maximum")
         self.stop.clear()
         port, token = self.system.web_port, self.client.token
         self.procs = [
             self.context.Process(target=_pollers_main, args=(port, token, POLLERS, self.stop, self.results),
                                  daemon=True),
             self.context.Process(target=_hostile_clients_main,
-                                 args=(port, token, self.batch, self.spare, self.stop, self.results), daemon=True)]
+                                 args=(port, token, self.batch, self.spare, self.tiny, self.stop, self.results),
+                                 daemon=True)]
         for proc in self.procs:
             proc.start()
 
@@ -660,6 +676,9 @@ class Hostile:
             result = self.results.get(timeout=120)
             for status, n in result["statuses"].items():
                 self.statuses[status] += n
+            for call, statuses in result["by_call"].items():
+                self.by_call[call].update(statuses)
+            self.spare = result.get("spare", self.spare)  # the one its last claim did not take
             self.cancel_s += result.get("cancel_s", [])
             self.retry_s += result.get("retry_s", [])
         for proc in self.procs:
@@ -975,6 +994,8 @@ def main() -> None:
             "cpu_s_per_phase_s": {phase: {k: round(v / wall[phase], 3) for k, v in cpu[phase].items()}
                                   for phase in cpu},
             "hostile_statuses": {str(k): v for k, v in sorted(attacker.statuses.items(), key=str)},
+            "hostile_statuses_by_call": {call: {str(k): v for k, v in sorted(n.items(), key=str)}
+                                         for call, n in sorted(attacker.by_call.items())},
             "hostile_cancel_s": {"n": len(attacker.cancel_s), "median": statistics.median(attacker.cancel_s or [0])},
             "hostile_retry_s": {"n": len(attacker.retry_s), "median": statistics.median(attacker.retry_s or [0])},
             "receiver_requests": system.receiver.count,
@@ -1030,6 +1051,7 @@ def report(light: dict | None, polls: list[dict], cancel: dict) -> None:
               f"{light['quiet']['p99_s']:.2f} s; hostile p50 {light['hostile']['p50_s']:.2f} s p99 "
               f"{light['hostile']['p99_s']:.2f} s")
         print(f"hostile statuses: {light['hostile_statuses']}")
+        print(f"  by call: {light['hostile_statuses_by_call']}")
     for row in polls:
         print(f"{row['users']:>7,} users: poll {row['poll_redis_usec']:.1f} us Redis (snapshot, before: "
               f"{row['snapshot_redis_usec']:.1f} us); fairness page {row['fairness_page_s']:.2f} s")
