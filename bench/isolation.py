@@ -526,7 +526,7 @@ def _pollers_main(port: int, token: str, clients: int, stop, out) -> None:
         await asyncio.gather(*(page(2.0 * i / clients) for i in range(clients)))
 
     asyncio.run(run())
-    out.put({"statuses": dict(statuses), "by_call": {"poll": dict(statuses)}})
+    out.put({"by_call": {"poll": dict(statuses)}})
 
 
 def _hostile_clients_main(port: int, token: str, batch: str, spare: str, tiny: bytes, stop, out) -> None:
@@ -542,8 +542,15 @@ def _hostile_clients_main(port: int, token: str, batch: str, spare: str, tiny: b
         thread.start()
     for thread in threads:
         thread.join()
-    out.put({"statuses": dict(load.statuses), "by_call": {call: dict(n) for call, n in load.by_call.items()},
-             "cancel_s": load.cancel_s, "retry_s": load.retry_s, "spare": load.spare})
+    out.put({"by_call": {call: dict(n) for call, n in load.by_call.items()}, "cancel_s": load.cancel_s, "retry_s": load.retry_s, "spare": load.spare})
+
+
+def _spare(client: Client, tiny: bytes) -> str:
+    """A direct upload sent whole and not claimed: the file the hostile user
+    claims past its maximum."""
+    spare = direct_create(client, [("spare.png", tiny)])[0]
+    put_part(spare["urls"][0]["url"], spare["urls"][0]["headers"], tiny)
+    return spare["id"]
 
 
 class _HostileLoad:
@@ -551,15 +558,13 @@ class _HostileLoad:
 
     def __init__(self, client: Client, batch: str, spare: str, tiny: bytes, stop) -> None:
         self.client, self.batch, self.spare, self.tiny, self.stop = client, batch, spare, tiny, stop
-        self.statuses: Counter = Counter()
-        self.by_call: defaultdict[str, Counter] = defaultdict(Counter)
+        self.by_call: defaultdict[str, Counter] = defaultdict(Counter)  # statuses by call
         self.cancel_s: list[float] = []
         self.retry_s: list[float] = []
         self.lock = threading.Lock()
 
     def record(self, status: int, call: str) -> None:
         with self.lock:
-            self.statuses[status] += 1
             self.by_call[call][status] += 1
 
     def cancel_retry(self) -> None:
@@ -576,9 +581,7 @@ class _HostileLoad:
             status = self.client.call("POST", "/api/uploads/", {"direct": [self.spare]})[0]
             self.record(status, "claim past the maximum")
             if status == 202:
-                spare = direct_create(self.client, [("spare.png", self.tiny)])[0]
-                put_part(spare["urls"][0]["url"], spare["urls"][0]["headers"], self.tiny)
-                self.spare = spare["id"]
+                self.spare = _spare(self.client, self.tiny)
 
     def slow_upload(self, i: int) -> None:
         """Parts of 1 MB at 1 KB per 50 ms (~20 KB/s), given up once sent."""
@@ -608,8 +611,7 @@ class Hostile:
 
     def __init__(self, system: System, client: Client, tiny: bytes) -> None:
         self.system, self.client, self.tiny = system, client, tiny
-        self.statuses: Counter = Counter()
-        self.by_call: defaultdict[str, Counter] = defaultdict(Counter)
+        self.by_call: defaultdict[str, Counter] = defaultdict(Counter)  # statuses by call
         self.cancel_s: list[float] = []
         self.retry_s: list[float] = []
         # Spawned, not forked: a fork of this many-threaded process can
@@ -621,8 +623,11 @@ class Hostile:
         self.results = self.context.Queue()
 
     def record(self, status: int, call: str) -> None:
-        self.statuses[status] += 1
         self.by_call[call][status] += 1
+
+    @property
+    def statuses(self) -> Counter:
+        return sum(self.by_call.values(), Counter())
 
     def prepare(self) -> None:
         """What it holds throughout: its maximum of jobs, 5,000 of them
@@ -637,9 +642,7 @@ class Hostile:
         self.batch = direct_upload(self.client, [(f"flood-{i}.png", self.tiny) for i in range(HOSTILE_BATCH)],
                                    batch_name="flood")["batch"]
         self.client.ok("POST", f"/api/batches/{self.batch}/cancel/")
-        spare = direct_create(self.client, [("spare.png", self.tiny)])[0]
-        put_part(spare["urls"][0]["url"], spare["urls"][0]["headers"], self.tiny)
-        self.spare = spare["id"]
+        self.spare = _spare(self.client, self.tiny)
 
     def user_id(self) -> int:
         from rest_framework.authtoken.models import Token
@@ -674,8 +677,6 @@ class Hostile:
         self.stop.set()
         for _ in self.procs:
             result = self.results.get(timeout=120)
-            for status, n in result["statuses"].items():
-                self.statuses[status] += n
             for call, statuses in result["by_call"].items():
                 self.by_call[call].update(statuses)
             self.spare = result.get("spare", self.spare)  # the one its last claim did not take
