@@ -540,7 +540,7 @@ def _batch_bodies(request: Request, batches: list[Batch]) -> list[dict]:
     """Each batch with its progress and, while unfinished, its estimate (one
     grouped query for the counts, one for the remaining work, one read of
     the dispatcher's lane summary and of the user's measured rates)."""
-    progress = selectors.batches_progress(batch_ids=[batch.id for batch in batches])
+    progress = selectors.batches_progress(owner_id=request.user.pk, batch_ids=[batch.id for batch in batches])
     unfinished = {b.id: progress[b.id].last_created_at for b in batches if progress[b.id].unfinished}
     seen = [(b.id, sorted(progress[b.id].counts.items()), progress[b.id].progress) for b in batches]
     backlogs = selectors.backlog_until_reused(user=request.user, until=unfinished, seen=seen)

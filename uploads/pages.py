@@ -55,7 +55,7 @@ def _batch(job: Job) -> dict | None:
     if not job.upload_id:
         return None
     batch = Batch.objects.filter(id=job.upload.batch).first()
-    progress = selectors.batches_progress(batch_ids=[job.upload.batch])[job.upload.batch]
+    progress = selectors.batches_progress(owner_id=job.owner_id, batch_ids=[job.upload.batch])[job.upload.batch]
     return {"id": job.upload.batch, "name": batch.display_name if batch else "its batch",
             "done": progress.files - progress.unfinished, "files": progress.files}
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 from bench.ports import free_port
 from notify import services
 from notify.models import Delivery
+from tests.rows_read import rows_read
 from uploads.models import Batch, Job, Upload
 
 pytestmark = pytest.mark.django_db
@@ -192,21 +193,6 @@ def test_a_held_group_costs_the_reconciler_one_id_however_many_jobs_it_has(make_
             Job.objects.filter(owner=owner).update(notify_pending=False)
 
 
-def _rows_read(sql: str) -> int:
-    """Rows the plan's scans read (actual rows x loops, before their filters
-    drop any), by EXPLAIN ANALYZE of the query as it ran."""
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
-        plan = cursor.fetchone()[0]  # psycopg reads the json
-
-    def walk(node: dict) -> int:
-        here = 0
-        if "Scan" in node["Node Type"]:
-            here = (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"]
-        return here + sum(walk(child) for child in node.get("Plans", []))
-    return walk(plan[0]["Plan"])
-
-
 @pytest.mark.skipif("connection.vendor != 'postgresql'", reason="PostgreSQL's plans")
 def test_whether_a_batch_has_ended_is_asked_without_reading_other_users_jobs(make_user):
     """Every job that ends asks whether its batch has. Asked of the batch
@@ -231,4 +217,4 @@ def test_whether_a_batch_has_ended_is_asked_without_reading_other_users_jobs(mak
         assert services.batch_summary_publish(batch=batch, owner=alice) is None
     (check,) = [q["sql"] for q in queries if "uploads_job" in q["sql"]]
     # At most each of alice's jobs and its upload: fewer than bob's alone.
-    assert _rows_read(check) <= 2 * 2000 + 10, check
+    assert rows_read(check) <= 2 * 2000 + 10, check
