@@ -106,6 +106,52 @@ def test_a_file_sent_in_parts_and_claimed_is_the_uploads_file_byte_for_byte(
     assert again.status_code == 400 and again.json()["error"]["code"] == "unknown_uploads"
 
 
+def test_a_claim_of_single_puts_reads_none_of_the_rows_it_just_marked_complete(
+        storage_backend, make_user, api_client_for):
+    """Every round trip of a claim waits for the database host's core when
+    another user keeps it busy (bench-isolation). Marking single PUTs
+    complete is one UPDATE; the rows are read again only when it did not
+    take them all (one given up or completed by another request meanwhile)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = api_client_for(make_user("alice"))
+    uploads = create(client, ("a.png", 3), ("b.png", 4))
+    for upload, body in zip(uploads, (b"abc", b"abcd")):
+        assert put(client, upload["urls"][0], body) == 200
+    with CaptureQueriesContext(connection) as queries:
+        resp = client.post("/api/uploads/", {"direct": [u["id"] for u in uploads]}, format="json")
+    assert resp.status_code == 202, resp.content
+    sql = [q["sql"] for q in queries.captured_queries if '"uploads_directupload"' in q["sql"]]
+    marked = next(i for i, q in enumerate(sql) if q.startswith('UPDATE "uploads_directupload"'))
+    assert not [q for q in sql[marked:] if q.startswith("SELECT")], sql[marked:]
+    assert Upload.objects.filter(owner__username="alice").count() == 2
+
+
+def test_a_single_put_given_up_while_its_claim_checks_the_store_is_refused_and_its_bytes_dropped(
+        s3_storage, make_user, api_client_for, monkeypatch):
+    """The sweep (or an abort) gives an upload up between the claim's look
+    at the store and its update: the update takes only the other one, the
+    rows are read again, and the given-up one's object must not stay."""
+    client = api_client_for(make_user("alice"))
+    kept, dropped = create(client, ("a.png", 3), ("b.png", 4))
+    for upload, body in ((kept, b"abc"), (dropped, b"abcd")):
+        assert put(client, upload["urls"][0], body) == 200
+    listing = direct.store.stored_sizes
+
+    def listed_then_given_up(prefix: str) -> dict[str, int]:
+        sizes = listing(prefix)  # the real store's answer, then the sweep's update
+        DirectUpload.objects.filter(id=dropped["id"]).update(state=DirectUpload.State.EXPIRED)
+        return sizes
+
+    monkeypatch.setattr(direct.store, "stored_sizes", listed_then_given_up)
+    resp = client.post("/api/uploads/", {"direct": [kept["id"], dropped["id"]]}, format="json")
+    assert resp.status_code == 410 and resp.json()["error"]["code"] == "upload_expired", resp.content
+    assert gone(DirectUpload.objects.get(id=dropped["id"]))
+    assert DirectUpload.objects.get(id=kept["id"]).state == DirectUpload.State.COMPLETE  # claimable again
+    assert not Upload.objects.exists()
+
+
 def test_nothing_past_what_a_url_allows_is_stored(storage_backend, small_parts, make_user, api_client_for):
     client = api_client_for(make_user("alice"))
     [upload] = create(client, ("a.bin", 100))
