@@ -4,6 +4,7 @@ production (DATABASE_URL), with an optional connection pool per process."""
 from __future__ import annotations
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from project.settings.environ import VAR_DIR, env
 
@@ -33,6 +34,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # parent row's lock already makes each part once (uploads/parts.py), and
     # IMMEDIATE transactions write one at a time here. Not a user's to fix.
     SILENCED_SYSTEM_CHECKS = ["models.W047"]
+# PostgreSQL's JIT off for the product's connections: its queries are short,
+# and one misestimated aggregate was compiled with LLVM for 16 s a poll on the
+# database host every user shares (docs/benchmarks.md, isolation). Sent as a
+# startup option; "server" sends none, for a pooler that refuses it
+# (pgbouncer: set it on the role instead, ALTER ROLE ... SET jit = off).
+DATABASE_JIT = env("DATABASE_JIT", "off")
+if DATABASE_JIT not in ("on", "off", "server"):
+    raise ImproperlyConfigured(f"DATABASE_JIT must be on, off or server, not {DATABASE_JIT!r}")
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_JIT != "server":
+    DATABASES["default"].setdefault("OPTIONS", {})["options"] = f"-c jit={DATABASE_JIT}"
 # A connection pool per process (PostgreSQL), for the processes that run many
 # threads: the io-notify worker (Procfile) hands its connection back to the
 # pool before every HTTP call, so 64 threads share a few connections instead

@@ -48,7 +48,7 @@ def test_a_sending_lease_shorter_than_a_try_is_refused():
 
 
 @pytest.mark.parametrize("env", [{"NOTIFY_USER_CAP": "0"}, {"NOTIFY_WEBHOOK_RATE_PER_S": "0"},
-                                 {"NOTIFY_WEBHOOK_BURST": "0"}])
+                                 {"NOTIFY_WEBHOOK_BURST": "0"}, {"DATABASE_JIT": "maybe"}])
 def test_defaults_that_would_silently_mean_no_limit_are_refused(env):
     result = manage("check", **env)
     assert result.returncode != 0 and next(iter(env)) in result.stderr
@@ -97,3 +97,28 @@ def test_only_the_settings_read_the_environment():
              for name in _environment_reads(path)}
     assert found - ENV_READS_ALLOWED == set()
     assert _environment_reads(ROOT / "project/settings/environ.py"), "the scan finds the reads it looks for"
+
+
+@pytest.mark.django_db
+def test_the_products_postgresql_connections_do_not_jit_compile_queries():
+    """One misestimated query was JIT-compiled with LLVM for 16 s a poll on
+    the database host every user shares (bench-isolation, 826c716): the
+    product's queries are short, and none is worth compiling."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's JIT")
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW jit")
+        assert cursor.fetchone()[0] == "off"
+
+
+@pytest.mark.parametrize(("asked", "options"), [("off", "-c jit=off"), ("on", "-c jit=on"), ("server", None)])
+def test_jit_is_asked_for_as_a_startup_option_unless_the_server_is_to_decide(asked, options):
+    """Behind a pooler that refuses startup options (pgbouncer), none is
+    sent, and the role carries the setting."""
+    result = manage("shell", "-c", "from django.conf import settings; "
+                    "print(settings.DATABASES['default'].get('OPTIONS', {}).get('options'))",
+                    DATABASE_JIT=asked, DATABASE_URL="postgres://fairlane@db.example/fairlane")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == str(options)
