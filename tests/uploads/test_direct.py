@@ -106,12 +106,14 @@ def test_a_file_sent_in_parts_and_claimed_is_the_uploads_file_byte_for_byte(
     assert again.status_code == 400 and again.json()["error"]["code"] == "unknown_uploads"
 
 
-def test_a_claim_of_single_puts_reads_none_of_the_rows_it_just_marked_complete(
+def test_a_claim_reads_none_of_the_upload_rows_it_has_just_marked_complete(
         storage_backend, make_user, api_client_for):
     """Every round trip of a claim waits for the database host's core when
-    another user keeps it busy (bench-isolation). Marking single PUTs
-    complete is one UPDATE; the rows are read again only when it did not
-    take them all (one given up or completed by another request meanwhile)."""
+    another user keeps it busy (bench-isolation). Marking single PUTs (the
+    object store's way) complete is one UPDATE; the rows are read again
+    only when it did not take them all (one given up or completed by
+    another request meanwhile). Files on disk arrive in parts, each
+    marked by an UPDATE of its own."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
