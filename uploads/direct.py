@@ -44,7 +44,7 @@ from typing import TypeVar
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Count, Q, Sum, Value
+from django.db.models import Count, Sum, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
