@@ -18,6 +18,7 @@ from django.utils import timezone
 from bench.ports import free_port
 from notify import services
 from notify.models import Delivery
+from tests.backlogs import files_with_jobs
 from tests.rows_read import rows_read
 from uploads.models import Batch, Job, Upload
 
@@ -201,15 +202,10 @@ def test_whether_a_batch_has_ended_is_asked_without_reading_other_users_jobs(mak
     100,000 of them queued); asked of the owner's jobs, it reads the
     owner's."""
     bob = make_user("bob")  # a big backlog, written first: first in every walk
-    bob_uploads = Upload.objects.bulk_create(
-        Upload(owner=bob, batch=uuid.uuid4(), filename=f"b{i}.png", file="x", size=1) for i in range(10_000))
-    Job.objects.bulk_create(Job(upload=u, owner=bob, lane="cpu-transcode") for u in bob_uploads)
+    files_with_jobs(bob, 10_000)
     alice = make_user("alice")
     batch = uuid.uuid4()
-    uploads = Upload.objects.bulk_create(
-        Upload(owner=alice, batch=batch, filename=f"a{i}.png", file="x", size=1) for i in range(2000))
-    jobs = Job.objects.bulk_create(Job(upload=u, owner=alice, lane="cpu-transcode", status="succeeded")
-                                   for u in uploads)
+    _, jobs = files_with_jobs(alice, 2000, batch=batch, statuses=["succeeded"])
     Job.objects.filter(pk=jobs[-1].pk).update(status="queued")  # one still to run, the last
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE uploads_job; ANALYZE uploads_upload")

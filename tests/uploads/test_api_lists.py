@@ -17,6 +17,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from tests.backlogs import files_with_jobs
 from tests.rows_read import rows_read
 from uploads.models import Batch, Job, Upload
 
@@ -305,14 +306,10 @@ def test_a_batch_poll_counts_its_files_without_reading_other_users_jobs(make_use
     jobs, 6 ms asked of the owner's): a poll's cost grew with everyone
     else's work. Asked of the owner's jobs, it reads the owner's."""
     bob = make_user("bob")  # a big backlog, written first
-    bob_uploads = Upload.objects.bulk_create(
-        Upload(owner=bob, batch=uuid.uuid4(), filename=f"b{i}.png", file="x", size=1) for i in range(10_000))
-    Job.objects.bulk_create(Job(upload=u, owner=bob, lane="cpu-transcode") for u in bob_uploads)
+    files_with_jobs(bob, 10_000)
     alice = make_user("alice")
     batch = Batch.objects.create(owner=alice)
-    uploads = Upload.objects.bulk_create(
-        Upload(owner=alice, batch=batch.id, filename=f"a{i}.png", file="x", size=1) for i in range(2000))
-    Job.objects.bulk_create(Job(upload=u, owner=alice, lane="cpu-transcode") for u in uploads)
+    files_with_jobs(alice, 2000, batch=batch.id)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE uploads_job; ANALYZE uploads_upload")
     with CaptureQueriesContext(connection) as queries:

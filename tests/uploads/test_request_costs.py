@@ -16,8 +16,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from notify.models import Delivery, Endpoint, Event
+from tests.backlogs import files_with_jobs
 from tests.rows_read import rows_read
-from uploads.models import Batch, Job, Upload
+from uploads.models import Batch
 
 pytestmark = [pytest.mark.django_db,
               pytest.mark.skipif("connection.vendor != 'postgresql'", reason="PostgreSQL's plans")]
@@ -29,19 +30,12 @@ STATUSES = ["queued", "running", "succeeded", "failed", "canceled"]
 def test_a_users_reads_read_no_more_rows_than_the_user_has_beside_another_users_10000_jobs(
         make_user, api_client_for):
     bob = make_user("bob")  # written first: first in every walk of a table
-    for b in range(20):
-        batch = Batch.objects.create(owner=bob)
-        uploads = Upload.objects.bulk_create(
-            Upload(owner=bob, batch=batch.id, filename=f"b{i}.mp4", file="x", size=1)
-            for i in range(OTHERS_JOBS // 20))
-        Job.objects.bulk_create(Job(upload=u, owner=bob, lane="cpu-transcode", status=STATUSES[i % 5])
-                                for i, u in enumerate(uploads))
+    for _ in range(20):
+        files_with_jobs(bob, OTHERS_JOBS // 20, batch=Batch.objects.create(owner=bob).id, statuses=STATUSES,
+                        ext=".mp4")
     alice = make_user("alice")
     batch = Batch.objects.create(owner=alice)
-    uploads = Upload.objects.bulk_create(
-        Upload(owner=alice, batch=batch.id, filename=f"a{i}.mp4", file="x", size=1) for i in range(MINE))
-    jobs = Job.objects.bulk_create(Job(upload=u, owner=alice, lane="cpu-transcode", status=STATUSES[i % 5])
-                                   for i, u in enumerate(uploads))
+    uploads, jobs = files_with_jobs(alice, MINE, batch=batch.id, statuses=STATUSES, ext=".mp4")
     hooks = {user: Endpoint.objects.create(owner=user, url=f"https://{user.username}.example/hook", secret="s")
              for user in (bob, alice)}
     for user, n in ((bob, OTHERS_JOBS), (alice, MINE)):  # an event and its webhook delivery per job
