@@ -542,7 +542,8 @@ def _hostile_clients_main(port: int, token: str, batch: str, spare: str, tiny: b
         thread.start()
     for thread in threads:
         thread.join()
-    out.put({"by_call": {call: dict(n) for call, n in load.by_call.items()}, "cancel_s": load.cancel_s, "retry_s": load.retry_s, "spare": load.spare})
+    out.put({"by_call": {call: dict(n) for call, n in load.by_call.items()}, "cancel_s": load.cancel_s,
+             "retry_s": load.retry_s, "spare": load.spare})
 
 
 def _spare(client: Client, tiny: bytes) -> str:
@@ -788,10 +789,12 @@ def poll_cost(system: System, poller: Client, staff: Client) -> list[dict]:
                      "fairness_page_redis_usec": fairness_usec, "fairness_page_status": status,
                      "poll_redis_calls": round(calls_per_poll, 2),
                      "poll_fcall_usec_by_function": {f: round(u / POLLS, 1) for f, u in poll_functions.items()},
-                     "poll_redis_stats_by_command": {c: round(u / POLLS, 1) for c, u in list(poll_commands.items())[:6]}})
+                     "poll_redis_stats_by_command": {c: round(u / POLLS, 1)
+                                                     for c, u in list(poll_commands.items())[:6]}})
         print(f"  {target:>7,} users: poll {per_poll:8.1f} us of Redis, snapshot {per_snapshot:10.1f} us, "
               f"fairness page {page_s:.2f} s; {calls_per_poll:.2f} commands a poll, by command (us): "
-              f"{rows[-1]['poll_redis_stats_by_command']}; FCALL by function: {rows[-1]['poll_fcall_usec_by_function']}",
+              f"{rows[-1]['poll_redis_stats_by_command']}; "
+              f"FCALL by function: {rows[-1]['poll_fcall_usec_by_function']}",
               flush=True)
         _lua_heap_settled(sched)
     sched.clear()
