@@ -19,3 +19,8 @@ application = WebGate(
     refused=known_refusal, user_of=known_users.user_of, session_cookie=settings.SESSION_COOKIE_NAME,
     hold_s=settings.FAIRLANE_WEB_REFUSAL_HOLD_S, held_per_client=settings.FAIRLANE_WEB_HELD_PER_CLIENT,
     held_most=settings.FAIRLANE_WEB_HELD_MOST, waiting_per_client=settings.FAIRLANE_WEB_WAITING_PER_CLIENT)
+
+# Start-up's objects out of the collector's full passes (project/gc_pauses.py).
+from project.gc_pauses import freeze_startup_objects  # noqa: E402
+
+freeze_startup_objects()

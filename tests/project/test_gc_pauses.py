@@ -1,0 +1,47 @@
+"""The web process freezes what it loaded at start-up, so a full
+collection (which stops all its threads, every user's requests with them)
+walks only what requests made since (project/gc_pauses.py). Each check runs
+in a Python of its own: freezing the test session's objects would change
+every other test's collections."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from bench.harness import ROOT
+
+
+def _python(code: str) -> dict:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_web_app_as_the_server_loads_it_leaves_a_full_collection_almost_nothing_to_walk():
+    seen = _python("import gc, json\n"
+                   "before = len(gc.get_objects())\n"
+                   "import project.asgi\n"
+                   "print(json.dumps({'frozen': gc.get_freeze_count(), 'tracked': len(gc.get_objects())}))")
+    assert seen["frozen"] > 50_000, seen  # Django, DRF and the project: ~85,000 objects
+    assert seen["tracked"] < 1_000, seen
+
+
+def test_freezing_keeps_what_is_alive_and_frees_start_up_garbage_first():
+    seen = _python("import gc, json, weakref\n"
+                   "from project.gc_pauses import freeze_startup_objects\n"
+                   "class Node: pass\n"
+                   "kept = Node()\n"
+                   "cycle = Node(); cycle.me = cycle; gone = weakref.ref(cycle); del cycle\n"
+                   "gc.disable()  # only the freeze's own collection may free the cycle\n"
+                   "frozen = freeze_startup_objects()\n"
+                   "print(json.dumps({'frozen': frozen, 'count': gc.get_freeze_count(),\n"
+                   "                  'cycle_freed': gone() is None, 'tracked': len(gc.get_objects()),\n"
+                   "                  'kept_alive': isinstance(kept, Node)}))")
+    assert seen["cycle_freed"], seen
+    assert seen["kept_alive"], seen
+    assert seen["frozen"] == seen["count"] > 0, seen
+    assert seen["tracked"] == 0, seen
