@@ -40,10 +40,12 @@ production), all started here and stopped at the end.
    bin/web's front door, as bench/web_server.py runs it (results named
    with it).
 2. A batch poll's Redis CPU (the sum of INFO commandstats' usec over a
-   round of polls, divided by the polls; the median of three rounds, after
-   a round not measured) with 10, 1,000, 10,000 and 100,000 users holding
-   work in the transcode lane (submitted straight to the dispatcher,
-   workers stopped; BENCH_ISOLATION_POLL_USERS for others), against the
+   round of polls, divided by the polls; the median of POLL_ROUNDS rounds,
+   after a round not measured) with 10, 1,000, 10,000 and 100,000 users
+   holding work in the transcode lane (submitted straight to the
+   dispatcher, workers stopped; BENCH_ISOLATION_POLL_USERS for others),
+   each size in a Redis database of its own, swapped in for its rounds:
+   the sizes take turns, so the machine's drift falls on all alike. Against the
    lane snapshot a poll ran before (the baseline: what `lane_share_basis`
    called until a268300). And the staff fairness page's data at each size
    (signed in as a browser is).
@@ -97,7 +99,7 @@ RESULTS = ROOT / "bench" / "results"
 BIN = Path(sys.executable).parent
 LIGHT_USERS = 20
 LIGHT_SPACING_S = float(os.environ.get("BENCH_ISOLATION_SPACING_S", "2.0"))  # between two light uploads
-ROUNDS = int(os.environ.get("BENCH_ISOLATION_ROUNDS", "2"))  # per phase; two phases of each kind
+ROUNDS = int(os.environ.get("BENCH_ISOLATION_ROUNDS", "3"))  # per phase; two phases of each kind
 # 0: only the Redis costs (parts 2 and 3), without the light users' phases
 CYCLES = int(os.environ.get("BENCH_ISOLATION_CYCLES", "2"))
 POLLERS = int(os.environ.get("BENCH_ISOLATION_POLLERS", "1000"))
@@ -106,6 +108,7 @@ SLOW_UPLOADS = 20
 RECEIVER_DELAY_S = 5.0
 POLL_USERS = tuple(int(n) for n in os.environ.get("BENCH_ISOLATION_POLL_USERS", "10,1000,10000,100000").split(","))
 POLLS = 100
+POLL_ROUNDS = 15  # of POLLS polls at each size, the sizes in turn (poll_cost)
 POLL_TIMEOUT_S = 30  # a hostile page's request, then counted as "timeout"
 # 1: PostgreSQL keeps pg_stat_statements, and logs the plan of a statement
 # over 1 s (auto_explain, in the kept logs' postgres.log): each light phase's
@@ -117,7 +120,6 @@ _PAIRS = os.environ.get("BENCH_ISOLATION_ENV", "").split()
 if not all(pair.find("=") > 0 for pair in _PAIRS):
     raise SystemExit("BENCH_ISOLATION_ENV is NAME=value pairs, separated by spaces")
 SETTINGS = dict(pair.split("=", 1) for pair in _PAIRS)
-ROUNDS = 3
 HOSTS = int(os.environ.get("BENCH_ISOLATION_HOSTS", "1"))
 if HOSTS not in (1, 2):
     raise SystemExit("BENCH_ISOLATION_HOSTS is 1 (one host, as make run) or 2 (web and transcode hosts)")
@@ -729,74 +731,115 @@ def _functions_timed(client) -> Iterator[Counter]:
 
 def poll_cost(system: System, poller: Client, staff: Client) -> list[dict]:
     """Redis CPU per batch poll (and the fairness page's data) at each number
-    of users with work; the lane's snapshot as the poll read it before."""
+    of users with work; the lane's snapshot as the poll read it before.
+
+    Each size has a Redis database of its own: the system's keys as they are
+    (copied), and that many users' work. A size is measured by swapping its
+    database in as the one the system uses (SWAPDB, O(1): the web's
+    connections see it at their next command) and back, the sizes in turn,
+    POLL_ROUNDS times over. Measured one after the other, sizes fell on
+    different minutes of a shared machine: the same GET cost 4.1 us a call
+    at one size and 8.9 at another in one run. In turn, a slower minute
+    falls on every size alike."""
     import dispatcher
+    import redis
+    from django.conf import settings
+
     from project.lanes import Lane
 
     sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
     client = sched.client
-    # The baseline's snapshot reads every user: over the lane client's 10 s
-    # read timeout at 100,000 users, so it runs on a client without one
-    # (redis-py 8 reads with a 5 s timeout unless told None).
-    import redis
-    from django.conf import settings
+    base = client.connection_pool.connection_kwargs.get("db", 0)
+    dbs = {target: db for target, db in zip(POLL_USERS, (d for d in range(16) if d != base))}
+    existing = list(client.scan_iter(count=1000))
 
-    patient = dispatcher.FairScheduler(redis.Redis.from_url(settings.FAIR_REDIS_URL, socket_timeout=None),
-                                       Lane.CPU_TRANSCODE.value, queue=sched.queue)
-    rows, users = [], 0
-    for target in POLL_USERS:
-        with client.pipeline(transaction=False) as pipe:
-            for i in range(users, target):
-                sched.submit(f"bench-poll-{i}", f"bench-user-{i}", cost=10.0, payload="m", client=pipe)
+    def database(db: int, **options) -> redis.Redis:
+        return redis.Redis.from_url(urlsplit(settings.FAIR_REDIS_URL)._replace(path=f"/{db}").geturl(), **options)
+
+    for target, db in dbs.items():
+        other = database(db)
+        other.flushdb()
+        for key in existing:
+            client.copy(key, key, destination_db=db, replace=True)
+        loader = dispatcher.FairScheduler(other, Lane.CPU_TRANSCODE.value, queue=sched.queue)
+        with other.pipeline(transaction=False) as pipe:
+            for i in range(target):
+                loader.submit(f"bench-poll-{i}", f"bench-user-{i}", cost=10.0, payload="m", client=pipe)
                 if i % 5000 == 4999:
                     pipe.execute()
             pipe.execute()
-        users = target
-        # Unmeasured polls first: Redis grows its tables step by step on the
-        # commands after a bulk load (incremental rehashing), which a lane
-        # at a steady number of users does not pay on every poll. Then
-        # ROUNDS rounds of POLLS; the median round is the figure.
+    _lua_heap_settled(sched)
+
+    @contextmanager
+    def swapped_in(target: int) -> Iterator[None]:
+        client.swapdb(base, dbs[target])
+        try:
+            yield
+        finally:
+            client.swapdb(base, dbs[target])
+
+    def polls() -> None:
         for _ in range(POLLS):
-            assert poller.call("GET", "/api/batches/?page_size=10")[0] == 200
-        rounds = []
-        for _ in range(ROUNDS):
+            status, _ = poller.call("GET", "/api/batches/?page_size=10")
+            assert status == 200, status
+
+    # Unmeasured polls first: Redis grows its tables step by step on the
+    # commands after a bulk load (incremental rehashing), which a lane at a
+    # steady number of users does not pay on every poll.
+    for target in POLL_USERS:
+        with swapped_in(target):
+            polls()
+    rounds: dict[int, list[dict[str, int]]] = defaultdict(list)
+    calls: dict[int, float] = {}
+    for r in range(POLL_ROUNDS):
+        for target in POLL_USERS[r % len(POLL_USERS):] + POLL_USERS[:r % len(POLL_USERS)]:
+            with swapped_in(target):
+                client.config_resetstat()
+                polls()
+                rounds[target].append(_redis_stats_by_command(client))
+                # The same work at every size? The commands a poll runs (the INFO above taken out).
+                calls[target] = (sum(_redis_stats_by_command(client, "calls").values()) - 1) / POLLS
+    # The baseline's snapshot reads every user: over the lane client's 10 s
+    # read timeout at 100,000 users, so it runs on a client without one
+    # (redis-py 8 reads with a 5 s timeout unless told None).
+    patient = dispatcher.FairScheduler(database(base, socket_timeout=None),
+                                       Lane.CPU_TRANSCODE.value, queue=sched.queue)
+    rows = []
+    for target in POLL_USERS:
+        with swapped_in(target):
+            by_round = sorted(rounds[target], key=lambda r: sum(r.values()))
+            poll_commands = by_round[len(by_round) // 2]
+            per_poll = sum(poll_commands.values()) / POLLS
+            with _functions_timed(client) as poll_functions:
+                polls()
             client.config_resetstat()
-            for _ in range(POLLS):
-                status, _ = poller.call("GET", "/api/batches/?page_size=10")
-                assert status == 200, status
-            rounds.append(_redis_stats_by_command(client))
-        poll_commands = sorted(rounds, key=lambda r: sum(r.values()))[len(rounds) // 2]
-        per_poll = sum(poll_commands.values()) / POLLS
-        # The same work at every size? The commands a poll runs (the INFO
-        # above counted in the last round, taken out).
-        calls_per_poll = (sum(_redis_stats_by_command(client, "calls").values()) - 1) / POLLS
-        with _functions_timed(client) as poll_functions:
-            for _ in range(POLLS):
-                assert poller.call("GET", "/api/batches/?page_size=10")[0] == 200
-        client.config_resetstat()
-        n = max(1, min(POLLS, 1_000_000 // target))
-        for _ in range(n):
-            patient.snapshot()
-        per_snapshot = _redis_usec(client) / n
-        client.config_resetstat()
-        t0 = time.monotonic()
-        status, page = staff.call("GET", "/admin/fairness/data/")
-        page_s = time.monotonic() - t0
-        assert status == 200 and "lanes" in page, (status, str(page)[:200])
-        fairness_usec = _redis_usec(client)
+            n = max(1, min(POLLS, 1_000_000 // target))
+            for _ in range(n):
+                patient.snapshot()
+            per_snapshot = _redis_usec(client) / n
+            _lua_heap_settled(sched)
+            client.config_resetstat()
+            t0 = time.monotonic()
+            status, page = staff.call("GET", "/admin/fairness/data/")
+            page_s = time.monotonic() - t0
+            assert status == 200 and "lanes" in page, (status, str(page)[:200])
+            fairness_usec = _redis_usec(client)
         rows.append({"users": target, "poll_redis_usec": round(per_poll, 1),
+                     "poll_redis_usec_rounds": [round(sum(r.values()) / POLLS, 1) for r in rounds[target]],
                      "snapshot_redis_usec": round(per_snapshot, 1), "fairness_page_s": round(page_s, 3),
                      "fairness_page_redis_usec": fairness_usec, "fairness_page_status": status,
-                     "poll_redis_calls": round(calls_per_poll, 2),
+                     "poll_redis_calls": round(calls[target], 2),
                      "poll_fcall_usec_by_function": {f: round(u / POLLS, 1) for f, u in poll_functions.items()},
                      "poll_redis_stats_by_command": {c: round(u / POLLS, 1)
                                                      for c, u in list(poll_commands.items())[:6]}})
-        print(f"  {target:>7,} users: poll {per_poll:8.1f} us of Redis, snapshot {per_snapshot:10.1f} us, "
-              f"fairness page {page_s:.2f} s; {calls_per_poll:.2f} commands a poll, by command (us): "
+        print(f"  {target:>7,} users: poll {per_poll:8.1f} us of Redis (rounds: "
+              f"{rows[-1]['poll_redis_usec_rounds']}), snapshot {per_snapshot:10.1f} us, "
+              f"fairness page {page_s:.2f} s; {calls[target]:.2f} commands a poll, by command (us): "
               f"{rows[-1]['poll_redis_stats_by_command']}; "
               f"FCALL by function: {rows[-1]['poll_fcall_usec_by_function']}",
               flush=True)
-        _lua_heap_settled(sched)
+    for db in dbs.values():
+        database(db).flushdb()
     sched.clear()
     return rows
 
