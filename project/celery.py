@@ -42,6 +42,18 @@ def _root_warning_off_without_pickle(conf, **kwargs) -> None:
         warnings.filterwarnings("ignore", message="You're running the worker with superuser privileges",
                                 category=SecurityWarning)
 
+@signals.worker_ready.connect
+def _startup_objects_frozen(**kwargs) -> None:
+    """The io-notify lane's threads share one process, and with it every
+    user's deliveries: its start-up objects leave the collector's full
+    passes as the web's do (project/gc_pauses.py). Sent in the worker's main
+    process once its pool is up; a prefork pool's children are forked by
+    then and keep their own, one job at a time each."""
+    from project.gc_pauses import freeze_startup_objects
+
+    freeze_startup_objects()
+
+
 # Connects the log context's worker signals (task id and lane on every line).
 # The fair dispatcher connects its own when Django loads its app
 # (dispatcher/apps.py), so the dispatcher never imports this module.

@@ -1,6 +1,7 @@
-"""The web process freezes what it loaded at start-up, so a full
-collection (which stops all its threads, every user's requests with them)
-walks only what requests made since (project/gc_pauses.py). Each check runs
+"""The web process, and the io-notify worker once ready, freeze what they
+loaded at start-up, so a full collection (which stops all of a process's
+threads, every user's requests with them) walks only what requests made
+since (project/gc_pauses.py). Each check runs
 in a Python of its own: freezing the test session's objects would change
 every other test's collections."""
 from __future__ import annotations
@@ -9,8 +10,16 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 
-from bench.harness import ROOT
+import pytest
+import redis
+from django.conf import settings
+
+from bench.harness import ROOT, Worker
+from tests.promise import wait_for
+from tests.workers import lane_paused
+from tests.workers import test_database_url as workers_database_url
 
 
 def _python(code: str) -> dict:
@@ -45,3 +54,25 @@ def test_freezing_keeps_what_is_alive_and_frees_start_up_garbage_first():
     assert seen["kept_alive"], seen
     assert seen["frozen"] == seen["count"] > 0, seen
     assert seen["tracked"] == 0, seen
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_the_io_notify_worker_freezes_its_start_up_objects_once_ready(tmp_path):
+    """Its threads share one process with every user's deliveries."""
+    import dispatcher
+
+    client = redis.Redis.from_url(settings.FAIR_REDIS_URL)
+    key = f"test:gc:{uuid.uuid4().hex[:8]}"
+    with lane_paused("io-notify"):  # the session's workers leave the lane to this one
+        worker = Worker("io-notify", pool="threads", concurrency=4, name="gc", log_dir=tmp_path,
+                        suffix=f"gc-{uuid.uuid4().hex[:6]}", include=("tests.project.gc_tasks",),
+                        env={"DATABASE_URL": workers_database_url()})
+        try:
+            worker.wait_ready()
+            assert dispatcher.enqueue("bench.io.frozen_objects", [key], task_id=key, fair_key="gc-test", cost=1.0)
+            frozen = wait_for(lambda: client.get(key), 60, worker.log_tail)
+        finally:
+            worker.stop()
+            client.delete(key)
+    assert int(frozen) > 50_000  # Django, Celery and the project
