@@ -42,6 +42,7 @@ def _root_warning_off_without_pickle(conf, **kwargs) -> None:
         warnings.filterwarnings("ignore", message="You're running the worker with superuser privileges",
                                 category=SecurityWarning)
 
+
 @signals.worker_ready.connect
 def _startup_objects_frozen(**kwargs) -> None:
     """The io-notify lane's threads share one process, and with it every

@@ -1,9 +1,9 @@
 """The web process, and the io-notify worker once ready, freeze what they
 loaded at start-up, so a full collection (which stops all of a process's
 threads, every user's requests with them) walks only what requests made
-since (project/gc_pauses.py). Each check runs
-in a Python of its own: freezing the test session's objects would change
-every other test's collections."""
+since (project/gc_pauses.py). Each check runs in a Python of its own:
+freezing the test session's objects would change every other test's
+collections."""
 from __future__ import annotations
 
 import json
@@ -32,7 +32,6 @@ def _python(code: str) -> dict:
 
 def test_the_web_app_as_the_server_loads_it_leaves_a_full_collection_almost_nothing_to_walk():
     seen = _python("import gc, json\n"
-                   "before = len(gc.get_objects())\n"
                    "import project.asgi\n"
                    "print(json.dumps({'frozen': gc.get_freeze_count(), 'tracked': len(gc.get_objects())}))")
     assert seen["frozen"] > 50_000, seen  # Django, DRF and the project: ~85,000 objects
