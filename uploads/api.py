@@ -15,7 +15,6 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field,
                                    extend_schema_view)
@@ -26,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from uploads import direct, estimates, live, selectors, services, throttling, upload_limits
+from uploads import batch_summary, direct, live, selectors, services, throttling, upload_limits
 from uploads.api_schema import errors
 from uploads.delivery import output_url
 from uploads.errors import ApplicationError
@@ -536,19 +535,14 @@ class BatchSerializer(serializers.Serializer):
     uploads_url = serializers.URLField()
 
 
-def _batch_bodies(request: Request, batches: list[Batch]) -> list[dict]:
-    """Each batch with its progress and, while unfinished, its estimate (one
-    grouped query for the counts, one for the remaining work, one read of
-    the dispatcher's lane summary and of the user's measured rates)."""
-    progress = selectors.batches_progress(owner_id=request.user.pk, batch_ids=[batch.id for batch in batches])
-    unfinished = {b.id: progress[b.id].last_created_at for b in batches if progress[b.id].unfinished}
-    seen = [(b.id, sorted(progress[b.id].counts.items()), progress[b.id].progress) for b in batches]
-    backlogs = selectors.backlog_until_reused(user=request.user, until=unfinished, seen=seen)
-    finish = estimates.batch_estimates(user_id=request.user.pk, backlogs=backlogs, now=timezone.now())
+def _batch_bodies(request: Request, batches: list[Batch], fresh: bool = False) -> list[dict]:
+    """Each batch with its progress and, while unfinished, its estimate
+    (uploads/batch_summary.py: a large batch's for a moment reused)."""
+    summaries = batch_summary.batches_summary(user=request.user, batch_ids=[batch.id for batch in batches],
+                                              fresh=fresh)
     bodies = []
     for batch in batches:
-        item = progress[batch.id]
-        estimate = finish.get(batch.id)
+        item, estimate = summaries[batch.id].progress, summaries[batch.id].estimate
         query = f"?batch={batch.id}"
         bodies.append({
             "id": batch.id, "name": batch.display_name, "created_at": batch.created_at, "files": item.files,
@@ -562,8 +556,12 @@ def _batch_bodies(request: Request, batches: list[Batch]) -> list[dict]:
     return bodies
 
 
-def _batch_answer(request: Request, batch: Batch, code: int = status.HTTP_200_OK) -> Response:
-    return Response(BatchSerializer(_batch_bodies(request, [batch])[0]).data, status=code)
+def _batch_answer(request: Request, batch: Batch, code: int = status.HTTP_200_OK, wrote: bool = False) -> Response:
+    """`wrote`: the answer to the user's write, from the database, and
+    their kept poll answers are not used again."""
+    if wrote:
+        batch_summary.forget(user_id=request.user.pk)
+    return Response(BatchSerializer(_batch_bodies(request, [batch], fresh=wrote)[0]).data, status=code)
 
 
 class BatchListApi(ListAPIView):
@@ -597,7 +595,7 @@ class BatchDetailApi(APIView):
         params = BatchRenameSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         batch = services.batch_rename(batch=_batch_for(request, batch_id), name=params.validated_data["name"])
-        return _batch_answer(request, batch)
+        return _batch_answer(request, batch, wrote=True)
 
     @extend_schema(operation_id="batches_destroy", responses={204: None},
                    description="Delete every upload of the batch, as DELETE /api/uploads/<id>/ does, and "
@@ -606,6 +604,7 @@ class BatchDetailApi(APIView):
         batch = _batch_for(request, batch_id)
         services.uploads_delete(uploads=selectors.uploads_for_user(user=request.user, batch=batch.id),
                                 actor=request.user)
+        batch_summary.forget(user_id=request.user.pk)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -618,7 +617,7 @@ class _BatchActionApi(APIView):
     def post(self, request: Request, batch_id) -> Response:
         batch = _batch_for(request, batch_id)
         self.action(batch=batch, actor=request.user)
-        return _batch_answer(request, batch, self.answer_status)
+        return _batch_answer(request, batch, self.answer_status, wrote=True)
 
 
 @extend_schema_view(post=extend_schema(

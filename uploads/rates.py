@@ -49,7 +49,6 @@ without a job.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -61,6 +60,7 @@ import redis
 from django.conf import settings
 from django.db.models import QuerySet
 
+from project import redis_clients
 from uploads.lifecycle import JobFinished
 from uploads.models import Job
 
@@ -296,14 +296,8 @@ _PREFIX = "fairlane:rates:v1:"
 LANE_WIDE = "all"
 
 
-@functools.lru_cache(maxsize=4)
-def _client(url: str) -> redis.Redis:
-    # One pool per process and URL (redis-py's pool starts afresh in a forked child).
-    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-
-
 def _redis() -> redis.Redis:
-    return _client(settings.FAIR_REDIS_URL)
+    return redis_clients.client(settings.FAIR_REDIS_URL)
 
 
 def rates_record(*, user_id: int, seconds: float, samples: list[tuple[str, float]]) -> None:

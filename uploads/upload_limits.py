@@ -18,7 +18,6 @@ user's reservation is given back when the request ends (`release`).
 """
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import uuid
@@ -28,6 +27,7 @@ from django.conf import settings
 from django.core.files.uploadhandler import TemporaryFileUploadHandler
 from django.http import HttpRequest
 
+from project import redis_clients
 from uploads.errors import ApplicationError
 
 log = logging.getLogger(__name__)
@@ -57,14 +57,8 @@ def _too_large(code: str, message: str, **extra) -> ApplicationError:
     return ApplicationError(code, message, status_code=413, extra=extra)
 
 
-@functools.lru_cache(maxsize=4)
-def _client(url: str) -> redis.Redis:
-    # One pool per process and URL (redis-py's pool starts afresh in a forked child).
-    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-
-
 def _redis() -> redis.Redis:
-    return _client(settings.REDIS_URL)
+    return redis_clients.client(settings.REDIS_URL)
 
 
 def _reserve(request: HttpRequest, size: int) -> None:

@@ -64,3 +64,8 @@ FAIRLANE_WEB_WAITING_PER_CLIENT = int(env("FAIRLANE_WEB_WAITING_PER_CLIENT", "25
 # progress are unchanged, so a user's many open pages cost one aggregate
 # per interval, not one per poll (uploads/selectors.py). 0: never reused.
 FAIRLANE_ESTIMATE_REUSE_S = float(env("FAIRLANE_ESTIMATE_REUSE_S", "2"))
+# A batch poll's whole answer (counts, progress, estimate) that covers at
+# least this many files is kept in Redis and reused by every web process
+# for FAIRLANE_ESTIMATE_REUSE_S, whatever moved meanwhile; a smaller one
+# never is (uploads/batch_summary.py).
+FAIRLANE_POLL_REUSE_FILES = int(env("FAIRLANE_POLL_REUSE_FILES", "1000"))

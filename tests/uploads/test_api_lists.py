@@ -17,6 +17,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from bench.ports import free_port
 from tests.backlogs import files_with_jobs
 from tests.rows_read import rows_read
 from uploads.models import Batch, Job, Upload
@@ -224,6 +225,97 @@ def test_polls_reuse_the_users_backlog_until_the_polled_batches_change(make_user
     assert remaining() == 20.0 and len(aggregates) == 2
     settings.FAIRLANE_ESTIMATE_REUSE_S = 0  # never reused
     assert remaining() == remaining() == 20.0 and len(aggregates) == 4
+
+
+def test_a_large_batchs_poll_answer_is_reused_a_small_ones_never_and_a_write_answers_afresh(
+        make_user, api_client_for, redis_client, settings, monkeypatch):
+    """An answer covering FAIRLANE_POLL_REUSE_FILES files or more is reused
+    for FAIRLANE_ESTIMATE_REUSE_S whatever moved meanwhile: its counts are
+    asked once however many pages poll. A smaller answer is asked every
+    time. The user's own write answers from the database, and their next
+    polls are answered from it, never from an answer before it."""
+    from uploads import selectors
+
+    settings.FAIRLANE_ESTIMATE_REUSE_S = 3600
+    settings.FAIRLANE_POLL_REUSE_FILES = 3
+    alice, bob = make_user("alice"), make_user("bob")
+    large, small = make_batch(alice, ["queued"] * 3), make_batch(bob, ["queued"] * 2)
+    asked = []
+    real = selectors.batches_progress
+
+    def counted(**kwargs):
+        asked.append(kwargs["owner_id"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(selectors, "batches_progress", counted)
+    clients = {alice: api_client_for(alice), bob: api_client_for(bob)}
+
+    def counts(user, batch) -> dict:
+        return clients[user].get(f"/api/batches/{batch.id}/").json()["counts"]
+
+    def one_ends(batch) -> None:
+        job = Job.objects.filter(upload__batch=batch.id, status="queued").order_by("created_at").first()
+        Job.objects.filter(id=job.id).update(status="succeeded", finished_at=timezone.now())
+
+    assert counts(alice, large)["queued"] == 3
+    one_ends(large)
+    assert counts(alice, large)["queued"] == 3 and asked == [alice.pk]  # reused: the database was not asked
+    assert counts(bob, small)["queued"] == 2
+    one_ends(small)
+    assert counts(bob, small)["queued"] == 1 and asked == [alice.pk, bob.pk, bob.pk]  # asked each time
+
+    answer = clients[alice].patch(f"/api/batches/{large.id}/", {"name": "renamed"}, format="json")
+    assert answer.status_code == 200 and answer.json()["counts"]["queued"] == 2  # the write's answer: fresh
+    one_ends(large)
+    assert counts(alice, large)["queued"] == 2  # the write's answer is reused, the one before it never again
+    assert asked.count(alice.pk) == 2
+    settings.FAIRLANE_ESTIMATE_REUSE_S = 0  # never reused
+    assert counts(alice, large)["queued"] == counts(alice, large)["queued"] == 1 and asked.count(alice.pk) == 4
+
+
+def test_once_a_kept_answer_is_old_one_poll_asks_again_and_the_others_meanwhile_get_it(
+        make_user, api_client_for, redis_client, settings, monkeypatch):
+    """Past the interval, the poll that takes the ":asking" mark asks the
+    database; a poll while another holds it gets the kept answer."""
+    import time
+
+    from uploads import batch_summary, selectors
+
+    settings.FAIRLANE_ESTIMATE_REUSE_S = 3600
+    settings.FAIRLANE_POLL_REUSE_FILES = 1
+    alice = make_user("alice")
+    batch = make_batch(alice, ["queued", "queued"])
+    client = api_client_for(alice)
+    asked = []
+    real = selectors.batches_progress
+    monkeypatch.setattr(selectors, "batches_progress", lambda **kwargs: asked.append(1) or real(**kwargs))
+
+    def queued() -> int:
+        return client.get(f"/api/batches/{batch.id}/").json()["counts"]["queued"]
+
+    assert queued() == 2 and len(asked) == 1
+    Job.objects.filter(upload__batch=batch.id).update(status="succeeded", finished_at=timezone.now())
+    later = time.time() + 3601  # the kept answer is past its interval
+    monkeypatch.setattr(batch_summary, "_clock", lambda: later)
+    asking = batch_summary._keys(alice.pk, [batch.id])[0] + ":asking"
+    redis_client.set(asking, 1, ex=60)  # another request is asking
+    assert queued() == 2 and len(asked) == 1  # the kept answer, not the database
+    redis_client.delete(asking)
+    assert queued() == 0 and len(asked) == 2  # this one asks
+    assert not redis_client.exists(asking)  # and its answer ends the mark
+
+
+def test_a_large_batchs_poll_asks_the_database_when_redis_is_out_of_reach(make_user, api_client_for, settings):
+    """Nothing kept, nothing lost: each poll is answered, from the database."""
+    settings.FAIRLANE_ESTIMATE_REUSE_S = 3600
+    settings.FAIRLANE_POLL_REUSE_FILES = 1
+    alice = make_user("alice")
+    batch = make_batch(alice, ["queued", "queued"])
+    client = api_client_for(alice)
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    assert client.get(f"/api/batches/{batch.id}/").json()["counts"]["queued"] == 2
+    Job.objects.filter(upload__batch=batch.id).update(status="succeeded", finished_at=timezone.now())
+    assert client.get(f"/api/batches/{batch.id}/").json()["counts"]["queued"] == 0
 
 
 def test_the_estimate_prices_the_users_files_at_their_measured_rate_with_its_range(make_user, api_client_for,
