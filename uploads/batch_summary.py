@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import redis
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 from project import redis_clients
@@ -67,7 +68,8 @@ def _keys(user_id: int, batch_ids: list[uuid.UUID]) -> tuple[str, str]:
     return f"{_PREFIX}{user_id}:{digest}", f"{_PREFIX}{user_id}:generation"
 
 
-def batches_summary(*, user, batch_ids: list[uuid.UUID], fresh: bool = False) -> dict[uuid.UUID, BatchSummary]:
+def batches_summary(*, user: AbstractBaseUser, batch_ids: list[uuid.UUID], fresh: bool = False
+                    ) -> dict[uuid.UUID, BatchSummary]:
     """Each of the user's `batch_ids` (already found to be theirs) with its
     progress and estimate; `fresh` asks the database whatever was kept
     (the answer to a write)."""
