@@ -261,8 +261,8 @@ class System:
 
 def _as_another_machine() -> None:
     """This process stands for a machine of its own: it runs only when the
-    CPU would otherwise be idle (SCHED_IDLE). Niced (19) instead, as until
-    this change, it still took turns with the system: a woken server thread
+    CPU would otherwise be idle (SCHED_IDLE). Niced (19), as it was before
+    2026-11-29, it still took turns with the system: a woken server thread
     could wait a nice-19 process's slice (a few ms) at each of a request's
     many wake-ups; a SCHED_IDLE one is preempted at once. Where the policy
     is refused, nice 19."""
@@ -401,9 +401,13 @@ def direct_create(client: Client, files: list[tuple[str, bytes]]) -> list[dict]:
     created = []
     for start in range(0, len(files), 500):
         chunk = files[start:start + 500]
-        created += client.ok("POST", "/api/uploads/direct/", {"files": [
-            {"filename": name, "size": len(body), "content_type": "image/png"} for name, body in chunk]})["uploads"]
+        created += client.ok("POST", "/api/uploads/direct/", _direct_body(chunk))["uploads"]
     return created
+
+
+def _direct_body(files: list[tuple[str, bytes]]) -> dict:
+    """POST /api/uploads/direct/'s body for `files` (PNG pictures)."""
+    return {"files": [{"filename": name, "size": len(body), "content_type": "image/png"} for name, body in files]}
 
 
 def direct_upload(client: Client, files: list[tuple[str, bytes]], *, threads: int = 8, steps: dict | None = None,
@@ -565,8 +569,7 @@ def _spare(client: Client, tiny: bytes) -> tuple[int, str | None]:
     """A direct upload sent whole and not claimed: the file the hostile user
     claims past its maximum. The create's status, and the upload's id if
     it was created."""
-    status, body = client.call("POST", "/api/uploads/direct/", {"files": [
-        {"filename": "spare.png", "size": len(tiny), "content_type": "image/png"}]})
+    status, body = client.call("POST", "/api/uploads/direct/", _direct_body([("spare.png", tiny)]))
     if status != 201:
         return status, None
     spare = body["uploads"][0]

@@ -63,9 +63,12 @@ class BatchSummary:
     estimate: FinishEstimate | None
 
 
-def _keys(user_id: int, batch_ids: list[uuid.UUID]) -> tuple[str, str]:
-    digest = hashlib.sha256(repr(batch_ids).encode()).hexdigest()[:32]
-    return f"{_PREFIX}{user_id}:{digest}", f"{_PREFIX}{user_id}:generation"
+def _answer_key(user_id: int, batch_ids: list[uuid.UUID]) -> str:
+    return f"{_PREFIX}{user_id}:{hashlib.sha256(repr(batch_ids).encode()).hexdigest()[:32]}"
+
+
+def _generation_key(user_id: int) -> str:
+    return f"{_PREFIX}{user_id}:generation"
 
 
 def batches_summary(*, user: AbstractBaseUser, batch_ids: list[uuid.UUID], fresh: bool = False
@@ -74,7 +77,7 @@ def batches_summary(*, user: AbstractBaseUser, batch_ids: list[uuid.UUID], fresh
     progress and estimate; `fresh` asks the database whatever was kept
     (the answer to a write)."""
     reuse_s = settings.FAIRLANE_ESTIMATE_REUSE_S
-    answer_key, generation_key = _keys(user.pk, batch_ids)
+    answer_key, generation_key = _answer_key(user.pk, batch_ids), _generation_key(user.pk)
     generation = None
     if reuse_s > 0:
         client = redis_clients.client(settings.REDIS_URL)
@@ -113,7 +116,7 @@ def batches_summary(*, user: AbstractBaseUser, batch_ids: list[uuid.UUID], fresh
 def forget(*, user_id: int) -> None:
     """No answer of the user's kept before now is used again (after a
     write of theirs): the next poll of every process asks the database."""
-    generation_key = _keys(user_id, [])[1]
+    generation_key = _generation_key(user_id)
     try:
         with redis_clients.client(settings.REDIS_URL).pipeline() as pipe:
             pipe.incr(generation_key).expire(generation_key, GENERATION_TTL_S).execute()

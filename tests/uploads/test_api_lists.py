@@ -227,20 +227,12 @@ def test_polls_reuse_the_users_backlog_until_the_polled_batches_change(make_user
     assert remaining() == remaining() == 20.0 and len(aggregates) == 4
 
 
-def test_a_large_batchs_poll_answer_is_reused_a_small_ones_never_and_a_write_answers_afresh(
-        make_user, api_client_for, redis_client, settings, monkeypatch):
-    """An answer covering FAIRLANE_POLL_REUSE_FILES files or more is reused
-    for FAIRLANE_ESTIMATE_REUSE_S whatever moved meanwhile: its counts are
-    asked once however many pages poll. A smaller answer is asked every
-    time. The user's own write answers from the database, and their next
-    polls are answered from it, never from an answer before it."""
+@pytest.fixture
+def progress_asked(monkeypatch) -> list[int]:
+    """The owner of each batch poll's counts asked of the database, in order."""
     from uploads import selectors
 
-    settings.FAIRLANE_ESTIMATE_REUSE_S = 3600
-    settings.FAIRLANE_POLL_REUSE_FILES = 3
-    alice, bob = make_user("alice"), make_user("bob")
-    large, small = make_batch(alice, ["queued"] * 3), make_batch(bob, ["queued"] * 2)
-    asked = []
+    asked: list[int] = []
     real = selectors.batches_progress
 
     def counted(**kwargs):
@@ -248,6 +240,21 @@ def test_a_large_batchs_poll_answer_is_reused_a_small_ones_never_and_a_write_ans
         return real(**kwargs)
 
     monkeypatch.setattr(selectors, "batches_progress", counted)
+    return asked
+
+
+def test_a_large_batchs_poll_answer_is_reused_a_small_ones_never_and_a_write_answers_afresh(
+        make_user, api_client_for, redis_client, settings, progress_asked):
+    """An answer covering FAIRLANE_POLL_REUSE_FILES files or more is reused
+    for FAIRLANE_ESTIMATE_REUSE_S whatever moved meanwhile: its counts are
+    asked once however many pages poll. A smaller answer is asked every
+    time. The user's own write answers from the database, and their next
+    polls are answered from it, never from an answer before it."""
+    settings.FAIRLANE_ESTIMATE_REUSE_S = 3600
+    settings.FAIRLANE_POLL_REUSE_FILES = 3
+    alice, bob = make_user("alice"), make_user("bob")
+    large, small = make_batch(alice, ["queued"] * 3), make_batch(bob, ["queued"] * 2)
+    asked = progress_asked
     clients = {alice: api_client_for(alice), bob: api_client_for(bob)}
 
     def counts(user, batch) -> dict:
@@ -274,21 +281,19 @@ def test_a_large_batchs_poll_answer_is_reused_a_small_ones_never_and_a_write_ans
 
 
 def test_once_a_kept_answer_is_old_one_poll_asks_again_and_the_others_meanwhile_get_it(
-        make_user, api_client_for, redis_client, settings, monkeypatch):
+        make_user, api_client_for, redis_client, settings, monkeypatch, progress_asked):
     """Past the interval, the poll that takes the ":asking" mark asks the
     database; a poll while another holds it gets the kept answer."""
     import time
 
-    from uploads import batch_summary, selectors
+    from uploads import batch_summary
 
     settings.FAIRLANE_ESTIMATE_REUSE_S = 3600
     settings.FAIRLANE_POLL_REUSE_FILES = 1
     alice = make_user("alice")
     batch = make_batch(alice, ["queued", "queued"])
     client = api_client_for(alice)
-    asked = []
-    real = selectors.batches_progress
-    monkeypatch.setattr(selectors, "batches_progress", lambda **kwargs: asked.append(1) or real(**kwargs))
+    asked = progress_asked
 
     def queued() -> int:
         return client.get(f"/api/batches/{batch.id}/").json()["counts"]["queued"]
@@ -297,7 +302,7 @@ def test_once_a_kept_answer_is_old_one_poll_asks_again_and_the_others_meanwhile_
     Job.objects.filter(upload__batch=batch.id).update(status="succeeded", finished_at=timezone.now())
     later = time.time() + 3601  # the kept answer is past its interval
     monkeypatch.setattr(batch_summary, "_clock", lambda: later)
-    asking = batch_summary._keys(alice.pk, [batch.id])[0] + ":asking"
+    asking = batch_summary._answer_key(alice.pk, [batch.id]) + ":asking"
     redis_client.set(asking, 1, ex=60)  # another request is asking
     assert queued() == 2 and len(asked) == 1  # the kept answer, not the database
     redis_client.delete(asking)
