@@ -204,7 +204,13 @@ class Job(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # Null only for export jobs, which work on a whole batch (`batch`).
     upload = models.ForeignKey(Upload, on_delete=models.CASCADE, related_name="jobs", null=True, blank=True)
-    batch = models.UUIDField(null=True, blank=True, help_text="Export jobs: the upload batch they export.")
+    # Its upload's batch, copied when the job is made (a job made with its
+    # Upload takes it, see __init__), so that "has this batch ended?", which
+    # every ending job asks, is one probe of job_batch_unfinished_idx: through
+    # the upload it walked the owner's unfinished jobs of every other batch.
+    # An export job's: the batch it exports. Null for a video's part jobs.
+    batch = models.UUIDField(null=True, blank=True,
+                             help_text="Its upload's batch; for an export job, the batch it exports.")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs")
     # A part's job: the one the user sees. Parts have no upload of their own
     # (they read the parent's), so the user's lists and batches never count them.
@@ -273,8 +279,12 @@ class Job(models.Model):
                    models.Index(fields=["status", "lane"]),
                    models.Index(fields=["status", "lease_expires_at"]),
                    models.Index(fields=["finished_at"], condition=models.Q(notify_pending=True),
-                                name="job_notify_pending_idx")]
+                                name="job_notify_pending_idx"),
+                   models.Index(fields=["batch"], name="job_batch_unfinished_idx",
+                                condition=models.Q(upload__isnull=False, status__in=("queued", "running")))]
         constraints = [
+            models.CheckConstraint(condition=models.Q(upload__isnull=True) | models.Q(batch__isnull=False),
+                                   name="job_upload_has_batch"),
             # Exactly one finalizer (and one audio job, one job per chunk) per
             # parent: the guarded transition that creates it can race, the row cannot.
             models.UniqueConstraint(fields=["parent", "part", "part_index"], name="job_part_unique",
@@ -284,6 +294,16 @@ class Job(models.Model):
             ("retry_job", "Can retry failed or canceled jobs"),
             ("cancel_job", "Can cancel queued or running jobs"),
         ]
+
+    def __init__(self, *args, **kwargs) -> None:
+        """A job made with its Upload (Job(upload=...)) takes the upload's
+        batch unless one is given. Rows read from the database come
+        positionally and are left as stored (reading their `batch` here
+        would load it, a query each, where a query deferred it)."""
+        super().__init__(*args, **kwargs)
+        upload = kwargs.get("upload")
+        if isinstance(upload, Upload) and kwargs.get("batch") is None:
+            self.batch = upload.batch
 
     def __str__(self) -> str:
         return f"{self.kind} job {self.id} ({self.status})"
