@@ -29,7 +29,8 @@ nothing already accepted.
 A request reads each user's plan once (`PlanOncePerRequestMiddleware`):
 its throttle, its first look and its check under the lock would otherwise
 each read it, and on a busy database host every round trip waits for the
-core (bench-isolation: a claim's 19 queries, 4 of them the same plan).
+core (bench-isolation: a claim's 19 queries, 4 of them the same plan). With
+a token, that once is the token's own query (`PlanTokenAuthentication`).
 """
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
+from django.utils.translation import gettext_lazy as _
+from rest_framework import exceptions
+from rest_framework.authentication import TokenAuthentication
 
 from project import plans
 from uploads.errors import ApplicationError
@@ -109,9 +113,32 @@ def limits_for(*, user_id: int) -> Limits:
     return limits
 
 
+class PlanTokenAuthentication(TokenAuthentication):
+    """DRF's TokenAuthentication, whose one query also reads the user's plan
+    for the rest of the request (limits_for): every API request asks for it
+    (its throttle), and on a busy database host each round trip waits for
+    the core twice. Its refusals are DRF's own."""
+
+    def authenticate_credentials(self, key: str):
+        model = self.get_model()
+        try:
+            token = model.objects.select_related("user", "user__fair_profile").get(key=key)
+        except model.DoesNotExist:
+            raise exceptions.AuthenticationFailed(_("Invalid token."))
+        if not token.user.is_active:
+            raise exceptions.AuthenticationFailed(_("User inactive or deleted."))
+        read = _read.get()
+        if read is not None:  # no profile: the reverse one-to-one raises, an AttributeError
+            read[token.user_id] = _limits_of(token.user_id, getattr(token.user, "fair_profile", None))
+        return token.user, token
+
+
 def _limits_read(user_id: int) -> Limits:
+    return _limits_of(user_id, Profile.objects.filter(user_id=user_id).first())
+
+
+def _limits_of(user_id: int, profile: Profile | None) -> Limits:
     values = dict.fromkeys(DEFAULTS)
-    profile = Profile.objects.filter(user_id=user_id).first()
     if profile is not None:
         bad = plans.reset_invalid(profile, DEFAULTS)
         if bad:

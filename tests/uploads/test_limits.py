@@ -174,7 +174,8 @@ def test_a_stored_bad_limit_falls_back_to_its_default_for_that_user_only(make_us
 def test_a_request_reads_its_users_plan_once_and_the_next_request_reads_it_again(
         storage_backend, make_user, api_client_for):
     """Its throttle, its first look and its check under the lock each ask for
-    the plan; on a busy database host every round trip waits for the core."""
+    the plan; on a busy database host every round trip waits for the core.
+    With a token, it is read in the token's own query (PlanTokenAuthentication)."""
     alice = make_user("alice")
     plan(alice, max_pending_uploads=2)
     client = api_client_for(alice)
@@ -182,7 +183,9 @@ def test_a_request_reads_its_users_plan_once_and_the_next_request_reads_it_again
     def plan_reads(call):
         with CaptureQueriesContext(connection) as queries:
             resp = call()
-        return resp, sum('FROM "uploads_profile"' in q["sql"] for q in queries.captured_queries)
+        reads = [q["sql"] for q in queries.captured_queries if '"uploads_profile"' in q["sql"]]
+        assert all('FROM "authtoken_token"' in sql for sql in reads), reads  # no query of its own
+        return resp, len(reads)
 
     created, reads = plan_reads(lambda: client.post(
         "/api/uploads/direct/", {"files": [{"filename": "a.png", "size": 3}]}, format="json"))
@@ -199,6 +202,27 @@ def test_a_request_reads_its_users_plan_once_and_the_next_request_reads_it_again
     assert_refused(refused, "too_many_pending_uploads", limit=1, count=0, requested=2)
     assert reads == 1
     assert limits.limits_for(user_id=alice.pk).pending_uploads == 1  # outside a request: read each time
+
+
+def test_a_token_without_a_plan_row_gets_the_defaults_and_a_bad_or_inactive_token_is_refused(
+        make_user, api_client_for, settings):
+    from uploads.models import Profile
+
+    settings.FAIRLANE_MAX_PENDING_UPLOADS = 1
+    bob = make_user("bob")
+    Profile.objects.filter(user=bob).delete()
+    client = api_client_for(bob)
+    with CaptureQueriesContext(connection) as queries:
+        first = client.post("/api/uploads/direct/", {"files": [{"filename": "a.png", "size": 3}]}, format="json")
+    assert first.status_code == 201, first.content
+    assert not [q for q in queries.captured_queries if 'FROM "uploads_profile"' in q["sql"]]
+    more = client.post("/api/uploads/direct/", {"files": [{"filename": "b.png", "size": 3}]}, format="json")
+    assert_refused(more, "too_many_pending_uploads", limit=1, count=1, requested=1)
+    client.credentials(HTTP_AUTHORIZATION="Token nonsense")
+    assert client.get("/api/batches/").status_code == 401
+    bob.is_active = False
+    bob.save()
+    assert api_client_for(bob).get("/api/batches/").status_code == 401
 
 
 # --- jobs queued or scheduled -----------------------------------------------------------------------------------
