@@ -8,7 +8,7 @@ import redis
 
 
 @functools.lru_cache(maxsize=8)
-def client(url: str) -> redis.Redis:
+def client(url: str, timeout_s: float = 2) -> redis.Redis:
     """A client with a short timeout (a request waits on it). One pool per
-    process and URL: redis-py's pool starts afresh in a forked child."""
-    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    process, URL and timeout: redis-py's pool starts afresh in a forked child."""
+    return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)

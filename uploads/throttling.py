@@ -81,6 +81,7 @@ from django.urls import Resolver404, resolve
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.throttling import BaseThrottle
 
+from project import redis_clients
 from uploads import limits
 
 if TYPE_CHECKING:  # DRF's views import this module (DEFAULT_THROTTLE_CLASSES)
@@ -133,11 +134,8 @@ class Refusal:
     per_min: int
 
 
-@functools.lru_cache(maxsize=4)
 def _client(url: str) -> redis.Redis:
-    # One pool per process and URL (redis-py's pool starts afresh in a forked
-    # child); a short timeout: every API request waits on it.
-    return redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    return redis_clients.client(url, timeout_s=1)  # shorter: every API request waits on it
 
 
 @functools.lru_cache(maxsize=4)

@@ -14,6 +14,7 @@ from django.test import RequestFactory
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
+from project import redis_clients
 from uploads import limits, throttling
 from uploads.models import Profile
 
@@ -43,7 +44,7 @@ class OtherHost(APIClient):
     connection (another web process): only Redis can carry the count."""
 
     def request(self, *args, **kwargs):
-        for cached in (throttling._client, throttling._script, throttling._charge_script):
+        for cached in (redis_clients.client, throttling._script, throttling._charge_script):
             cached.cache_clear()
         throttling.known_refusals.clear()  # nor what this one remembers
         return super().request(*args, **kwargs)
