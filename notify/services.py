@@ -474,16 +474,19 @@ def batch_summary_publish(*, batch, owner: AbstractBaseUser) -> Event | None:
     It reads well at 2,000 files: the counts, the failed files (at most
     NOTIFY_BATCH_FAILURES_LISTED, then how many more), and one link, to the
     batch's page, where every file is. The check for unfinished jobs comes
-    first, since every job's task asks it: one probe of the batch's
-    unfinished upload jobs (Job.batch, job_batch_unfinished_idx). Through
-    the upload's batch it walked the owner's unfinished jobs until it met
-    one of this batch, every other batch's first: 14 ms a job beside 5,000
+    first, since every job's task asks it: a probe of the batch's
+    unfinished upload jobs (Job.batch, job_batch_unfinished_idx), and of
+    those without a batch (made by the version before 0019 while this one
+    rolled out: none after), read through their upload. Through the
+    upload alone it walked the owner's unfinished jobs until it met one of
+    this batch, every other batch's first: 14 ms a job beside 5,000
     scheduled for later (bench-isolation); before that, asked of the batch
     alone, every user's."""
     jobs = Job.objects.filter(owner=owner, upload__batch=batch)
     key = f"batch.completed:{batch}"
-    unfinished = Job.objects.filter(batch=batch, upload__isnull=False, status__in=Job.UNFINISHED, owner=owner)
-    if unfinished.exists() or Event.objects.filter(key=key).exists():
+    unfinished = Job.objects.filter(upload__isnull=False, status__in=Job.UNFINISHED, owner=owner).values("pk")
+    probes = unfinished.filter(batch=batch).union(unfinished.filter(batch__isnull=True, upload__batch=batch), all=True)
+    if probes.exists() or Event.objects.filter(key=key).exists():
         return None  # not ended yet, or told already: before the counts, which read the whole batch
     counts = {row["status"]: row["n"] for row in jobs.values("status").annotate(n=Count("id")).order_by("status")}
     if not counts:

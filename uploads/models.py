@@ -208,7 +208,9 @@ class Job(models.Model):
     # Upload takes it, see __init__), so that "has this batch ended?", which
     # every ending job asks, is one probe of job_batch_unfinished_idx: through
     # the upload it walked the owner's unfinished jobs of every other batch.
-    # An export job's: the batch it exports. Null for a video's part jobs.
+    # An export job's: the batch it exports. Null for a video's part jobs,
+    # and for upload jobs that a web process of the version before 0019
+    # made while this one rolled out (read through their upload).
     batch = models.UUIDField(null=True, blank=True,
                              help_text="Its upload's batch; for an export job, the batch it exports.")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs")
@@ -283,8 +285,6 @@ class Job(models.Model):
                    models.Index(fields=["batch"], name="job_batch_unfinished_idx",
                                 condition=models.Q(upload__isnull=False, status__in=("queued", "running")))]
         constraints = [
-            models.CheckConstraint(condition=models.Q(upload__isnull=True) | models.Q(batch__isnull=False),
-                                   name="job_upload_has_batch"),
             # Exactly one finalizer (and one audio job, one job per chunk) per
             # parent: the guarded transition that creates it can race, the row cannot.
             models.UniqueConstraint(fields=["parent", "part", "part_index"], name="job_part_unique",
