@@ -9,7 +9,6 @@ from django.core.exceptions import ImproperlyConfigured
 from project.secret_key import install_secret_key
 from project.settings.environ import PRODUCTION, VAR_DIR, env, env_bool, env_list
 
-PRODUCTION = env("FAIRLANE_ENV", "development") == "production"
 # Off unless asked for (DJANGO_DEBUG=1, development only): with it on, any
 # bug answers Django's technical 500 page (settings, paths, source) to
 # whoever hit it, and every process keeps a log of its queries in memory.
@@ -118,7 +117,10 @@ LOGGING = {
                 # Signed output links are credentials: masked in every line (project/logmask.py).
                 "mask_links": {"()": "project.logmask.MaskSignedLinks"},
                 "flower_unanswered": {"()": "project.loglevels.FlowerUnanswered"},
-                "rate_refusals": {"()": "project.loglevels.RateRefusals"}},
+                "rate_refusals": {"()": "project.loglevels.RateRefusals"},
+                # The same warning again within this many seconds is counted, not written (0: all written).
+                "repeats": {"()": "project.loglevels.RepeatedWarnings",
+                            "interval_s": float(env("FAIRLANE_LOG_REPEAT_S", "60"))}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s %(ctx)s"},
         "json": {
@@ -129,7 +131,7 @@ LOGGING = {
         },
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
-                             "filters": ["context", "mask_links"]}},
+                             "filters": ["repeats", "context", "mask_links"]}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
     # Django's own console handlers (on "django" with DEBUG, and runserver's
     # "django.server") would print request lines unmasked and unformatted:
