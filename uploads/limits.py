@@ -41,11 +41,13 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext_lazy as _
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
+from rest_framework.authtoken.models import Token
 
 from project import plans
 from uploads.errors import ApplicationError
@@ -119,7 +121,7 @@ class PlanTokenAuthentication(TokenAuthentication):
     (its throttle), and on a busy database host each round trip waits for
     the core twice. Its refusals are DRF's own."""
 
-    def authenticate_credentials(self, key: str):
+    def authenticate_credentials(self, key: str) -> tuple[AbstractBaseUser, Token]:
         model = self.get_model()
         try:
             token = model.objects.select_related("user", "user__fair_profile").get(key=key)
