@@ -109,7 +109,12 @@ def limits_for(*, user_id: int) -> Limits:
     read = _read.get()
     if read is not None and user_id in read:
         return read[user_id]
-    limits = _limits_read(user_id)
+    return _kept(user_id, _limits_of(user_id, Profile.objects.filter(user_id=user_id).first()))
+
+
+def _kept(user_id: int, limits: Limits) -> Limits:
+    """`limits`, kept for the rest of the request (outside one: not kept)."""
+    read = _read.get()
     if read is not None:
         read[user_id] = limits
     return limits
@@ -129,14 +134,9 @@ class PlanTokenAuthentication(TokenAuthentication):
             raise exceptions.AuthenticationFailed(_("Invalid token."))
         if not token.user.is_active:
             raise exceptions.AuthenticationFailed(_("User inactive or deleted."))
-        read = _read.get()
-        if read is not None:  # no profile: the reverse one-to-one raises, an AttributeError
-            read[token.user_id] = _limits_of(token.user_id, getattr(token.user, "fair_profile", None))
+        # No profile: the reverse one-to-one raises, an AttributeError.
+        _kept(token.user_id, _limits_of(token.user_id, getattr(token.user, "fair_profile", None)))
         return token.user, token
-
-
-def _limits_read(user_id: int) -> Limits:
-    return _limits_of(user_id, Profile.objects.filter(user_id=user_id).first())
 
 
 def _limits_of(user_id: int, profile: Profile | None) -> Limits:
