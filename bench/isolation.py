@@ -59,7 +59,8 @@ or FAIRLANE_API_SECONDS_PER_MIN=10; the results say which (`settings`).
 
 BENCH_ISOLATION_PG_STATEMENTS=1 adds, per light phase, PostgreSQL's
 statements that took the most time (pg_stat_statements), and logs the plans
-of those over 1 s (auto_explain): where the hostile user's database time goes.
+of those over 1 s (auto_explain): where the hostile user's database time goes
+(the top 15; BENCH_ISOLATION_PG_TOP=N for more).
 
 Targets (issue 32): light users' p99 submit-to-done in (b) at most 1.25x
 (a); Redis CPU per batch poll flat within 1.2x from 10 to 100,000 users; a
@@ -114,7 +115,7 @@ POLL_TIMEOUT_S = 30  # a hostile page's request, then counted as "timeout"
 # over 1 s (auto_explain, in the kept logs' postgres.log): each light phase's
 # top statements by time go to the results (`postgres_statements`).
 PG_STATEMENTS = os.environ.get("BENCH_ISOLATION_PG_STATEMENTS") == "1"
-PG_TOP = 15
+PG_TOP = int(os.environ.get("BENCH_ISOLATION_PG_TOP", "15"))
 # Settings for an experiment, over the system's own: "NAME=value NAME=value".
 _PAIRS = os.environ.get("BENCH_ISOLATION_ENV", "").split()
 if not all(pair.find("=") > 0 for pair in _PAIRS):

@@ -8,7 +8,7 @@ may be, so this file cannot import them at the top.
 - `models.py`: Organisation (its plan per lane) and Membership (a user's
   one organisation).
 - `selectors.py`: who is where; an organisation's plan on a lane as the
-  dispatcher applies it (`lane_plans`, `GroupPlan`).
+  dispatcher applies it (`lane_plans`, `member_plans`, `GroupPlan`).
 - `services.py`: making organisations, an organisation of one for each
   new user, moving members.
 - `admin.py`: the organisations' pages, and what the users' admin
@@ -31,6 +31,7 @@ _EXPORTS = {
     "Belonging": "organisations.selectors",
     "GroupPlan": "organisations.selectors",
     "lane_plans": "organisations.selectors",
+    "member_plans": "organisations.selectors",
     "organisation_names": "organisations.selectors",
     "organisations_of": "organisations.selectors",
     "plan_on": "organisations.selectors",

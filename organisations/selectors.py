@@ -57,21 +57,30 @@ def plan_on(organisation: Organisation, lane: Lane) -> GroupPlan:
                      rate=(rate, float(burst)) if rate is not None else None)
 
 
-def lane_plans(*, user_ids: Iterable[int], lane: Lane) -> dict[int, GroupPlan]:
-    """Each user's organisation's plan on `lane`, in one query; a user with
-    no membership (made around the signal, e.g. by bulk_create) is left
-    out, and the caller treats the user as a group of their own."""
+def member_plans(*, user_ids: Iterable[int], lane: Lane,
+                 related: tuple[str, ...] = ()) -> dict[int, tuple[Membership, GroupPlan]]:
+    """Each user's membership and their organisation's plan on `lane`, in
+    one query; a user with no membership (made around the signal, e.g. by
+    bulk_create) is left out, and the caller treats the user as a group of
+    their own. `related`: more select_related paths from the membership,
+    read in the same query (uploads.services.fair_policies reads the
+    user's own plan so: one round trip for both, on every submit)."""
     ids = set(user_ids)
     if not ids:
         return {}
     plans_by_org: dict[int, GroupPlan] = {}
     out = {}
-    for membership in Membership.objects.filter(user_id__in=ids).select_related("organisation"):
+    for membership in Membership.objects.filter(user_id__in=ids).select_related("organisation", *related):
         org = membership.organisation
         if org.pk not in plans_by_org:
             plans_by_org[org.pk] = plan_on(org, lane)
-        out[membership.user_id] = plans_by_org[org.pk]
+        out[membership.user_id] = (membership, plans_by_org[org.pk])
     return out
+
+
+def lane_plans(*, user_ids: Iterable[int], lane: Lane) -> dict[int, GroupPlan]:
+    """Each user's organisation's plan on `lane` (member_plans)."""
+    return {user_id: plan for user_id, (_, plan) in member_plans(user_ids=user_ids, lane=lane).items()}
 
 
 @dataclass(frozen=True)

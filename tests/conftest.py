@@ -57,6 +57,17 @@ def _quick_password_hashes():
     hashers.get_hashers_by_algorithm.cache_clear()
 
 
+@pytest.fixture(autouse=True)
+def _event_stream_labels_forgotten():
+    """The event stream's labels are cached per process by key (a user's
+    or an organisation's id); ids are used again by later tests (SQLite
+    reuses them after a rollback), so each test starts without them."""
+    from dispatcher import monitor
+
+    monitor.owner_label.cache_clear()
+    monitor.group_label.cache_clear()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _teardown_flush_outlives_a_deadlock():
     """The flush after each transactional test is run again when PostgreSQL

@@ -458,8 +458,12 @@ def uploads_create_from_direct(*, owner: AbstractBaseUser, upload_ids: list,
     if missing:
         raise ApplicationError("unknown_uploads", f"These uploads are not yours or unknown: {', '.join(missing)}.",
                                extra={"direct": missing})
-    # Before the store is asked to complete them (uploads_record counts again, under the lock, to create them).
-    limits.queued_jobs_check(adding={owner.pk: len(ids)}, first_look=True)
+    # Before the store is asked to assemble multipart uploads, work a refusal
+    # would waste (uploads_record counts again, under the lock, to create
+    # them). Single PUTs cost one listing to complete, and a look first
+    # would cost every claim a round trip: the count under the lock decides.
+    if any(u.multipart_id and u.state == DirectUpload.State.OPEN for u in found.values()):
+        limits.queued_jobs_check(adding={owner.pk: len(ids)}, first_look=True)
     uploads = _complete(_owned_many(owner, ids, found=found))  # the rows read above: not read again
 
     def claim() -> None:

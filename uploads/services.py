@@ -148,18 +148,20 @@ def uploads_record(
             # before the caller answers, and the answer is about acceptance.
             upload.accepted_job = job
         insert_many(Job, jobs)
-        job_ids = [str(job.id) for job in jobs]
-        dispatcher.after_commit(lambda: _enqueue_committed(job_ids))
+        dispatcher.after_commit(lambda: _enqueue_committed(jobs))
     return uploads
 
 
-def _enqueue_committed(job_ids: list[str]) -> None:
+def _enqueue_committed(jobs: list[Job]) -> None:
+    """The jobs just created, as created: not read again (one round trip of
+    every claim). One canceled meanwhile is dropped by the worker that is
+    offered it (job_start), as a retried duplicate is."""
     if settings.FAIRLANE_FAULT_INJECTION and settings.FAIRLANE_FAULT_KILL_WEB_AFTER_COMMIT:
         # tests/chaos: the web process dies between commit and publish; the
         # reconciler must publish these jobs from their rows (the outbox).
         log.warning("fault injection: web process %d killed after commit, before enqueue", os.getpid())
         os.kill(os.getpid(), signal.SIGKILL)
-    jobs_enqueue(job_ids=job_ids)
+    _jobs_submit(jobs)
 
 
 # Before the probe, the only thing known about a file is its size. About one
@@ -193,18 +195,23 @@ def fair_policies(*, user_ids: Iterable[int], lane: Lane) -> dict[int, KeyPolicy
     plan must not make an enqueue raise, which would also abort a
     reconciler pass for every row after it, other users' included. On
     io-notify a user without a cap of their own gets NOTIFY_USER_CAP (and
-    so does an organisation: organisations.plan_on). Two queries, whatever
-    the number of users."""
+    so does an organisation: organisations.plan_on). One query, whatever
+    the number of users (each member's plan read with their membership; a
+    second only for users in no organisation): every submit runs it, a
+    light user's claim and each ending job's notification among them."""
     ids = set(user_ids)
     io = lane is Lane.IO_NOTIFY
     policies = dict.fromkeys(ids, KeyPolicy(cap=settings.NOTIFY_USER_CAP) if io else KeyPolicy())
-    for p in map(_plan_checked, Profile.objects.filter(user_id__in=ids)):
+    members = organisations.member_plans(user_ids=ids, lane=lane, related=("user__fair_profile",))
+    profiles = [p for m, _ in members.values() if (p := getattr(m.user, "fair_profile", None)) is not None]
+    alone = ids - set(members)
+    for p in map(_plan_checked, profiles + (list(Profile.objects.filter(user_id__in=alone)) if alone else [])):
         if io:
             rate = (p.notify_rate_per_s, float(p.notify_burst)) if p.notify_rate_per_s is not None else None
             policies[p.user_id] = KeyPolicy(weight=p.weight, cap=p.notify_cap or settings.NOTIFY_USER_CAP, rate=rate)
         else:
             policies[p.user_id] = KeyPolicy(weight=p.weight, cap=p.transcode_cap)
-    for user_id, group in organisations.lane_plans(user_ids=ids, lane=lane).items():
+    for user_id, (_, group) in members.items():
         policies[user_id] = replace(policies[user_id], group=group.key, group_weight=group.weight,
                                     group_cap=group.cap, group_rate=group.rate)
     return policies
@@ -243,8 +250,11 @@ def job_hand_back(job: Job, *, actual_cost: float = 0.0, delay_s: float | None =
 def jobs_enqueue(*, job_ids: Iterable[str]) -> int:
     """Hand queued jobs to the cpu-transcode lane through the fair dispatcher.
     Returns how many were new to it (the rest it already held)."""
-    jobs = list(Job.objects.filter(id__in=list(job_ids), status=Job.Status.QUEUED)
-                .only(*JOB_FIELDS_FOR_DISPATCH).order_by("created_at"))
+    return _jobs_submit(list(Job.objects.filter(id__in=list(job_ids), status=Job.Status.QUEUED)
+                             .only(*JOB_FIELDS_FOR_DISPATCH).order_by("created_at")))
+
+
+def _jobs_submit(jobs: list[Job]) -> int:
     policies = fair_policies(user_ids=[j.owner_id for j in jobs], lane=Lane.CPU_TRANSCODE)
     return dispatcher.enqueue_many([dispatcher.Submission(
         job_task_name(job), [str(job.id)], task_id=str(job.id), fair_key=str(job.owner_id), cost=job.cost_estimate,
@@ -299,39 +309,47 @@ def job_start(*, job_id: str, task_id: str = "") -> Job | None:
     now = db_now()
     try:
         with transaction.atomic():
+            # The row locked and read, then moved on with its wait: two
+            # statements (the worker's slot waits for each round trip while
+            # the database host is busy). The lock wait is this
+            # transaction's own (set_config's is_local): nothing to reset.
             _lock_wait_at_most(settings.FAIRLANE_JOB_START_LOCK_WAIT_MS)
-            claimed = Job.objects.filter(id=job_id, status=Job.Status.QUEUED).update(
-                status=Job.Status.RUNNING, started_at=now, attempts=F("attempts") + 1, progress=0, live={},
-                lease_expires_at=job_lease_until(now), **({"task_id": task_id[:64]} if task_id else {}),
-            )
-            _lock_wait_at_most(None)
+            job = Job.objects.select_for_update(of=("self",)).select_related("upload").filter(id=job_id).first()
+            if job is not None and job.status == Job.Status.QUEUED:
+                started = {"status": Job.Status.RUNNING, "started_at": now, "attempts": job.attempts + 1,
+                           "progress": 0, "live": {}, "lease_expires_at": job_lease_until(now),
+                           "wait_ms": _ms_between(max(filter(None, [job.queued_at or job.created_at,
+                                                                    job.scheduled_for])), now),
+                           **({"task_id": task_id[:64]} if task_id else {})}
+                # The status again: SQLite has no row lock (its writes are serialized).
+                if not Job.objects.filter(id=job_id, status=Job.Status.QUEUED,
+                                          attempts=job.attempts).update(**started):
+                    job = None
+                else:
+                    for name, value in started.items():
+                        setattr(job, name, value)
+            else:
+                job = None
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
             raise JobRowBusy(job_id) from exc
         raise
-    if not claimed:
+    if job is None:
         log.info("job %s not started: not queued (duplicate delivery or finished)", job_id)
         return None
-    job = Job.objects.select_related("upload").get(id=job_id)
-    waited_from = max(filter(None, [job.queued_at or job.created_at, job.scheduled_for]))
-    job.wait_ms = _ms_between(waited_from, now)
-    job.save(update_fields=["wait_ms"])
     JobAttempt.objects.create(job=job, number=job.attempts, started_at=now, worker=worker_id(), task_id=task_id[:64])
     logcontext.bind(job_id=str(job.id), user_id=job.owner_id, attempt=job.attempts)
     log.info("job started after waiting %d ms", job.wait_ms or 0)
     return job
 
 
-def _lock_wait_at_most(ms: int | None) -> None:
-    """This transaction's statements wait at most `ms` for a lock (None: as
-    the session says), on PostgreSQL; SQLite has no row locks to wait for."""
+def _lock_wait_at_most(ms: int) -> None:
+    """This transaction's statements wait at most `ms` for a lock, on
+    PostgreSQL; SQLite has no row locks to wait for."""
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:
-        if ms is None:
-            cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
-        else:
-            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{max(1, ms)}ms"])
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{max(1, ms)}ms"])
 
 
 def _this_attempt(job_id: str, attempt: int | None):
@@ -394,8 +412,13 @@ def job_probe_record(*, job_id: str, kind: str, media_info: dict, cost_estimate:
     Job.objects.filter(id=job_id).update(kind=kind, media_info=media_info, cost_estimate=cost_estimate, **priced)
 
 
+def _finishing(jobs):
+    """What job_finish reads of the job it ends."""
+    return jobs.only("started_at", "owner_id", "lane", "kind", "wait_ms", "parent_id", "part", "part_index")
+
+
 def job_finish(*, job_id: str, status: str, attempt: int | None = None, error_code: str = "",
-               error_message: str = "", progress: int | None = None) -> bool:
+               error_message: str = "", progress: int | None = None, locked: Job | None = None) -> bool:
     """queued/running -> `status` (succeeded, failed or canceled): the one
     transition that ends a job, for job_succeed, job_fail, jobs_cancel and
     the parts of a chunked job (uploads/parts.py). Only the running attempt
@@ -406,13 +429,13 @@ def job_finish(*, job_id: str, status: str, attempt: int | None = None, error_co
     outbox). `error_code` and `error_message` are stored as given (the
     callers cut and clean them); `progress` only when given. Returns True
     when this call ended the job, False when it had ended already or is no
-    longer that attempt's."""
+    longer that attempt's. `locked`: the job as the caller read it under
+    its row lock in this transaction (_finishing's fields), not read again."""
     fields: dict = {"error_code": error_code, "error_message": error_message}
     if progress is not None:
         fields["progress"] = progress
     now = db_now()
-    job = Job.objects.filter(id=job_id).only("started_at", "owner_id", "lane", "kind", "wait_ms", "parent_id",
-                                             "part", "part_index").first()
+    job = locked if locked is not None else _finishing(Job.objects.filter(id=job_id)).first()
     if job is None:
         return False
     unfinished = Job.objects.filter(id=job_id, status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
@@ -449,14 +472,12 @@ def job_succeed(*, job_id: str, outputs: list[OutputFile], attempt: int | None =
     attempt when `attempt` is given (a worker whose lease ran out and was
     replaced must not publish)."""
     with transaction.atomic():
-        if not _this_attempt(job_id, attempt).select_for_update().exists():
+        job = _finishing(_this_attempt(job_id, attempt).select_for_update()).first()
+        if job is None:
             return False
-        for out in outputs:
-            Output.objects.create(
-                job_id=job_id, name=out.name, file=out.path, content_type=out.content_type,
-                size=out.size, metadata=out.metadata,
-            )
-        return job_finish(job_id=job_id, status=Job.Status.SUCCEEDED, attempt=attempt, progress=100)
+        Output.objects.bulk_create(Output(job_id=job_id, name=out.name, file=out.path, content_type=out.content_type,
+                                          size=out.size, metadata=out.metadata) for out in outputs)
+        return job_finish(job_id=job_id, status=Job.Status.SUCCEEDED, attempt=attempt, progress=100, locked=job)
 
 
 def job_fail(*, job_id: str, code: str, message: str, attempt: int | None = None) -> bool:

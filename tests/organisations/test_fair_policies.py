@@ -54,10 +54,18 @@ def test_a_user_without_a_membership_is_a_group_of_their_own(make_user):
     assert fair_policies(user_ids=[alice.pk], lane=Lane.CPU_TRANSCODE)[alice.pk].group is None
 
 
-def test_the_policies_of_many_users_cost_two_queries(studio, make_user, django_assert_num_queries):
+def test_the_policies_of_many_users_cost_one_query_and_one_more_for_users_in_no_organisation(
+        studio, make_user, django_assert_num_queries):
     ids = [u.pk for u in studio[1:]] + [make_user(f"u{i}").pk for i in range(20)]
-    with django_assert_num_queries(2):  # the users' plans, their organisations' plans
-        assert len(fair_policies(user_ids=ids, lane=Lane.CPU_TRANSCODE)) == len(ids)
+    with django_assert_num_queries(1):  # the users' memberships with their plans and their organisations' plans
+        policies = fair_policies(user_ids=ids, lane=Lane.CPU_TRANSCODE)
+    assert len(policies) == len(ids) and all(p.group for p in policies.values())
+    loner = make_user("loner")
+    Membership.objects.filter(user=loner).delete()
+    Profile.objects.create(user=loner, weight=3.0)
+    with django_assert_num_queries(2):  # and the plans of those in none
+        alone = fair_policies(user_ids=[*ids, loner.pk], lane=Lane.CPU_TRANSCODE)[loner.pk]
+    assert (alone.group, alone.weight) == (None, 3.0)
 
 
 def _queued_job(owner) -> Job:
