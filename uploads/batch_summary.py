@@ -15,9 +15,11 @@ while the batch moves).
 
 So an answer that covers at least FAIRLANE_POLL_REUSE_FILES files is kept
 in Redis and reused by every web process for FAIRLANE_ESTIMATE_REUSE_S (2
-s, the page's own interval); after that one request asks the database
-again while the others still get the kept answer (never more than twice
-the interval old). A user's polls of the same large batches cost one
+s, the page's own interval), and one interval more for every
+FAIRLANE_POLL_REUSE_FILES_PER_INTERVAL files it covers past that many
+(`reuse_for`: its computation's cost grows with its files, and so does the
+time it serves); after that one request asks the database again while the
+others still get the kept answer (never more than twice its time old). A user's polls of the same large batches cost one
 computation per interval, however many pages poll on however many hosts:
 without the one asker, every poll that found the answer just expired
 asked at once (~2.6 computations per interval in bench-isolation).
@@ -52,7 +54,7 @@ from uploads.estimates import FinishEstimate
 from uploads.selectors import BatchProgress
 
 log = logging.getLogger(__name__)
-_PREFIX = "fairlane:poll:v1:"
+_PREFIX = "fairlane:poll:v2:"  # v2: an answer carries its own reuse time
 GENERATION_TTL_S = 86400  # longer than any kept answer
 _clock = time.time  # when an answer was computed: the same on every host
 
@@ -85,12 +87,13 @@ def batches_summary(*, user: AbstractBaseUser, batch_ids: list[uuid.UUID], fresh
             raw, generation = client.mget(answer_key, generation_key)
             kept = pickle.loads(raw) if raw is not None and not fresh else None
             if kept is not None and kept[0] == generation:
-                if _clock() - kept[1] < reuse_s:
-                    return kept[2]
+                _, computed_at, kept_s, summaries = kept
+                if _clock() - computed_at < kept_s:
+                    return summaries
                 # Older: one request asks again, the others meanwhile get this one
                 # (all of a user's pages asking at once cost as many computations).
-                if not client.set(answer_key + ":asking", 1, nx=True, px=int(reuse_s * 1000)):
-                    return kept[2]
+                if not client.set(answer_key + ":asking", 1, nx=True, px=int(kept_s * 1000)):
+                    return summaries
         except redis.RedisError as exc:
             log.warning("poll answers not read (%s); asking the database", exc)
     at = _clock()
@@ -102,15 +105,28 @@ def batches_summary(*, user: AbstractBaseUser, batch_ids: list[uuid.UUID], fresh
     backlogs = selectors.backlog_until_reused(user=user, until=unfinished, seen=seen)
     finish = estimates.batch_estimates(user_id=user.pk, backlogs=backlogs, now=timezone.now())
     summaries = {batch_id: BatchSummary(progress[batch_id], finish.get(batch_id)) for batch_id in batch_ids}
-    if reuse_s > 0 and sum(item.files for item in progress.values()) >= settings.FAIRLANE_POLL_REUSE_FILES:
+    files = sum(item.files for item in progress.values())
+    if reuse_s > 0 and files >= settings.FAIRLANE_POLL_REUSE_FILES:
+        kept_s = reuse_for(files=files)
         try:
             with redis_clients.client(settings.REDIS_URL).pipeline() as pipe:
-                # Kept twice the interval: the second half is what others get while one asks again.
-                pipe.set(answer_key, pickle.dumps((generation, at, summaries)), px=int(2 * reuse_s * 1000))
+                # Kept twice its time: the second half is what others get while one asks again.
+                pipe.set(answer_key, pickle.dumps((generation, at, kept_s, summaries)), px=int(2 * kept_s * 1000))
                 pipe.delete(answer_key + ":asking").execute()
         except redis.RedisError as exc:
             log.warning("poll answer not kept (%s)", exc)
     return summaries
+
+
+def reuse_for(*, files: int) -> float:
+    """How long a kept answer covering `files` files is reused: the interval,
+    and one more for every FAIRLANE_POLL_REUSE_FILES_PER_INTERVAL files past
+    that many. Its counts cost the database time in proportion to the
+    files, so a user's polls cost about the same database time a second
+    whatever the size of their batches; the page of a 10,000-file batch
+    shows its counts up to 8 s late (16 s while one request asks again), a
+    few dozen files of ten thousand."""
+    return settings.FAIRLANE_ESTIMATE_REUSE_S * max(1.0, files / settings.FAIRLANE_POLL_REUSE_FILES_PER_INTERVAL)
 
 
 def forget(*, user_id: int) -> None:
@@ -121,5 +137,5 @@ def forget(*, user_id: int) -> None:
         with redis_clients.client(settings.REDIS_URL).pipeline() as pipe:
             pipe.incr(generation_key).expire(generation_key, GENERATION_TTL_S).execute()
     except redis.RedisError as exc:
-        log.warning("poll answers of user %s not forgotten (%s); they end within %s s", user_id, exc,
-                    settings.FAIRLANE_ESTIMATE_REUSE_S)
+        log.warning("poll answers of user %s not forgotten (%s); each ends within twice its reuse time", user_id,
+                    exc)

@@ -3,6 +3,8 @@ its OpenAPI schema, and Idempotency-Key answers. Its rates per plan are
 limits (limits.py)."""
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
+
 from project.settings.environ import env
 
 REST_FRAMEWORK = {
@@ -70,3 +72,9 @@ FAIRLANE_ESTIMATE_REUSE_S = float(env("FAIRLANE_ESTIMATE_REUSE_S", "2"))
 # for FAIRLANE_ESTIMATE_REUSE_S, whatever moved meanwhile; a smaller one
 # never is (uploads/batch_summary.py).
 FAIRLANE_POLL_REUSE_FILES = int(env("FAIRLANE_POLL_REUSE_FILES", "1000"))
+# ... and one interval longer for every this many files it covers past
+# them: a user's polls then cost the database about the same time a second
+# whatever the size of their batches (uploads/batch_summary.py, reuse_for).
+FAIRLANE_POLL_REUSE_FILES_PER_INTERVAL = int(env("FAIRLANE_POLL_REUSE_FILES_PER_INTERVAL", "2500"))
+if FAIRLANE_POLL_REUSE_FILES_PER_INTERVAL < 1:
+    raise ImproperlyConfigured("FAIRLANE_POLL_REUSE_FILES_PER_INTERVAL must be at least 1")

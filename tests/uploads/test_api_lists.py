@@ -310,6 +310,34 @@ def test_once_a_kept_answer_is_old_one_poll_asks_again_and_the_others_meanwhile_
     assert not redis_client.exists(asking)  # and its answer ends the mark
 
 
+def test_a_kept_answer_is_reused_one_interval_more_per_files_it_covers(
+        make_user, api_client_for, redis_client, settings, monkeypatch, progress_asked):
+    """Its counts cost the database time in proportion to its files, and so
+    does the time it serves: three intervals for three times the files."""
+    import time
+
+    from uploads import batch_summary
+
+    settings.FAIRLANE_ESTIMATE_REUSE_S = 10
+    settings.FAIRLANE_POLL_REUSE_FILES = 1
+    settings.FAIRLANE_POLL_REUSE_FILES_PER_INTERVAL = 2
+    alice = make_user("alice")
+    batch = make_batch(alice, ["queued"] * 6)
+    client = api_client_for(alice)
+    now = time.time()
+    monkeypatch.setattr(batch_summary, "_clock", lambda: now)
+
+    def queued_at(t: float) -> int:
+        monkeypatch.setattr(batch_summary, "_clock", lambda: now + t)
+        return client.get(f"/api/batches/{batch.id}/").json()["counts"]["queued"]
+
+    assert queued_at(0) == 6 and len(progress_asked) == 1
+    Job.objects.filter(upload__batch=batch.id).update(status="succeeded", finished_at=timezone.now())
+    assert queued_at(29) == 6 and len(progress_asked) == 1  # 6 files, 2 an interval: 3 x 10 s
+    assert queued_at(31) == 0 and len(progress_asked) == 2
+    assert batch_summary.reuse_for(files=1) == batch_summary.reuse_for(files=2) == 10  # never under the interval
+
+
 def test_a_large_batchs_poll_asks_the_database_when_redis_is_out_of_reach(make_user, api_client_for, settings):
     """Nothing kept, nothing lost: each poll is answered, from the database."""
     settings.FAIRLANE_ESTIMATE_REUSE_S = 3600
