@@ -494,7 +494,9 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
     (no queue jumping); the next run counts as a new attempt, with a fresh
     budget of FAIRLANE_MAX_ATTEMPTS (failures before the retry do not count).
     Each owner's jobs stay within their plan's max_queued_jobs, or none is
-    retried (429). Returns the jobs that were retried; others are left alone."""
+    retried (429). Returns the jobs that were retried, as they were (what
+    the dispatcher and this need of them read: JOB_FIELDS_FOR_DISPATCH,
+    status, attempts); others are left alone."""
     now = db_now()
     # A part is not retried on its own once it has ended: its parent
     # has ended with it, and retrying the parent splits it again.
@@ -503,14 +505,17 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
     with transaction.atomic():
         # The owners first, then their jobs: the order every creator of jobs locks in.
         limits.owner_lock(retryable.order_by().values_list("owner_id", flat=True).distinct())
-        jobs = list(retryable.select_for_update())
+        # What the retry needs of them, not whole rows (5,000 of them, again
+        # and again, were the web's time of a heavy user's retries).
+        jobs = list(retryable.select_for_update().order_by("created_at").only(
+            *JOB_FIELDS_FOR_DISPATCH, "status", "attempts", "attempt_budget_from", "checkpoint"))
         limits.queued_jobs_check(adding=Counter(job.owner_id for job in jobs))
         ids = [job.id for job in jobs]
         Output.objects.filter(job_id__in=ids).delete()
         # Their objects go once the rows are gone (after commit), and only
         # the attempts made so far: the retry's own attempt may be uploading
-        # by the time this runs.
-        stale = [(str(job.id), job.attempts, job.checkpoint) for job in jobs]
+        # by the time this runs. Those before the last retry went with it.
+        stale = [(str(job.id), range(job.attempt_budget_from + 1, job.attempts + 1), job.checkpoint) for job in jobs]
         transaction.on_commit(lambda: _job_objects_delete(stale))
         # The parts of a chunked job (uploads/parts.py) go: the retry probes
         # and splits again. Their objects hold the old outputs.
@@ -524,19 +529,19 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
             started_at=None, finished_at=None, wait_ms=None, process_ms=None, checkpoint={}, notify_pending=False,
             attempt_budget_from=F("attempts"), live={}, playable_at=None,
         )
-        dispatcher.after_commit(lambda: jobs_enqueue(job_ids=[str(i) for i in ids]))
-    log.info("%s retried %d job(s): %s", actor, len(ids), [str(i) for i in ids])
+        dispatcher.after_commit(lambda: _jobs_submit(jobs))  # as read: not read again
+    log.info("%s retried %d job(s): %s", actor, len(ids), [str(i) for i in ids[:20]])
     return jobs
 
 
-def _job_objects_delete(jobs: list[tuple[str, int, dict]]) -> None:
-    """Delete the stored outputs of the given attempts of each job, then
-    announce the restart (exports drops an export's unfinished upload),
-    logging rather than raising: the rows are gone already, and a leftover
-    object is an orphan, not an error."""
-    for job_id, attempts, checkpoint in jobs:
+def _job_objects_delete(jobs: list[tuple[str, range, dict]]) -> None:
+    """Delete the stored outputs of the given attempts of each job (one
+    listing of the store each), then announce the restart (exports drops an
+    export's unfinished upload), logging rather than raising: the rows are
+    gone already, and a leftover object is an orphan, not an error."""
+    for job_id, numbers, checkpoint in jobs:
         try:
-            for number in range(1, attempts + 1):
+            for number in numbers:
                 media.delete_prefix(media.outputs_prefix(job_id=job_id, attempt=number))
         except Exception:
             log.exception("could not delete the stored outputs of job %s", job_id)
@@ -577,8 +582,9 @@ CANCEL_CHUNK = 500
 
 def _jobs_cancel_chunk(job_ids: list, message: str, now: datetime) -> list[Job]:
     with transaction.atomic():
-        jobs = list(Job.objects.select_for_update().filter(
-            id__in=job_ids, status__in=Job.UNFINISHED))
+        # What the cancel needs of them (job_finish reads the others again), not whole rows.
+        jobs = list(Job.objects.select_for_update().filter(id__in=job_ids, status__in=Job.UNFINISHED).only(
+            "id", "owner_id", "status", "started_at", "parent_id", "lane", "kind", "wait_ms"))
         waiting = {job.id for job in jobs
                    if job.status == Job.Status.QUEUED and job.started_at is None and job.parent_id is None}
         waiting -= set(Job.objects.filter(parent_id__in=waiting).values_list("parent_id", flat=True))

@@ -142,6 +142,33 @@ def test_retrying_a_job_deletes_its_stored_outputs(make_user, storage_backend, l
     assert media.list_prefix(media.job_prefix(job_id=job_id)) == {}
 
 
+def test_a_retry_looks_in_the_store_only_for_the_attempts_since_the_last_one(
+        make_user, storage_backend, long_lease, tmp_path, django_capture_on_commit_callbacks, monkeypatch):
+    """Each retry deletes the objects of the attempts made so far; the next
+    one has only those made since to look for (a 5,000-job batch retried
+    again and again listed every attempt it ever made, on the web's thread)."""
+    user = make_user("u")
+    job_id = str(_job(user).id)
+    listed: list[str] = []
+    real = media.delete_prefix
+    monkeypatch.setattr(media, "delete_prefix", lambda prefix, **kw: listed.append(prefix) or real(prefix, **kw))
+
+    def run_then_retry(name: str | None) -> list[str]:
+        if name:
+            attempts.job_attempt_run(job_id=job_id, hostname="", soft_limit_s=None, work=_stores(name, tmp_path))
+        Job.objects.filter(id=job_id).update(status="failed")
+        listed.clear()
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            assert services.jobs_retry(job_ids=[job_id], actor=user)
+        callbacks[0]()  # the deletion (the enqueue after it needs Redis, not this test)
+        assert media.list_prefix(media.job_prefix(job_id=job_id)) == {}
+        return listed
+
+    assert run_then_retry("one.txt") == [media.outputs_prefix(job_id=job_id, attempt=1)]
+    assert run_then_retry("two.txt") == [media.outputs_prefix(job_id=job_id, attempt=2)]
+    assert run_then_retry(None) == []  # retried again before it ran: nothing to look for
+
+
 @pytest.fixture
 def dead_store(settings) -> None:
     """The S3 backend pointed at an endpoint nobody answers (a store that is
