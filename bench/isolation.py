@@ -60,7 +60,10 @@ or FAIRLANE_API_SECONDS_PER_MIN=10; the results say which (`settings`).
 BENCH_ISOLATION_PG_STATEMENTS=1 adds, per light phase, PostgreSQL's
 statements that took the most time (pg_stat_statements), and logs the plans
 of those over 1 s (auto_explain): where the hostile user's database time goes
-(the top 15; BENCH_ISOLATION_PG_TOP=N for more).
+(the top 15; BENCH_ISOLATION_PG_TOP=N for more). The web's slow-request lines
+(where a request's time went: the front door, CPU, the database) are kept in
+the JSON (`light.slow_requests`); BENCH_ISOLATION_ENV="FAIRLANE_SLOW_REQUEST_MS=100"
+lowers their threshold from 2 s.
 
 Targets (issue 32): light users' p99 submit-to-done in (b) at most 1.25x
 (a); Redis CPU per batch poll flat within 1.2x from 10 to 100,000 users; a
@@ -1099,8 +1102,19 @@ def main() -> None:
             shutil.rmtree(work / data, ignore_errors=True)
         raise
     system.close()
+    if light_result is not None:
+        light_result["slow_requests"] = _slow_requests(work / "logs")
     shutil.rmtree(work, ignore_errors=True)
     report(light_result, polls, cancel)
+
+
+def _slow_requests(logs: Path, most: int = 2000) -> list[str]:
+    """The web's "slow request" lines (project/request_timing.py), in the
+    order each process wrote them: FAIRLANE_SLOW_REQUEST_MS (2 s unless
+    BENCH_ISOLATION_ENV sets it) decides which."""
+    lines = [line.strip() for path in sorted(logs.glob("*.log"))
+             for line in path.read_text(errors="replace").splitlines() if "slow request:" in line]
+    return lines[:most]
 
 
 def report(light: dict | None, polls: list[dict], cancel: dict) -> None:

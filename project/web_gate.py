@@ -57,6 +57,8 @@ from typing import Any
 from django.http.cookie import parse_cookie
 from rest_framework.throttling import BaseThrottle
 
+from project import request_timing
+
 access_log = logging.getLogger("fairlane.access")
 _IDENT = BaseThrottle()  # its get_ident: an anonymous client's address
 # A request body up to this size is read before the request takes a thread
@@ -217,13 +219,14 @@ class WebGate:
                 await _answer(send, 429, body(retry_after), retry_after)
                 return
         receive = await _read_ahead(receive, BODY_READ_AHEAD)
+        waiting = time.perf_counter()
         if not await self.slots.enter(client):
             await _answer(send, 429, {"error": {
                 "code": "busy", "retry_after": 1,
                 "message": "Too many of your requests are waiting for the web; try again in 1 s."}}, 1)
             return
         try:
-            await self.app(scope, receive, send)
+            await self.app(_with_wait(scope, time.perf_counter() - waiting), receive, send)
         finally:
             self.slots.leave(client)
 
@@ -286,6 +289,17 @@ def _headers(scope: Scope) -> dict[str, str]:
         key, text = name.decode("latin-1"), value.decode("latin-1")
         headers[key] = f"{headers[key]},{text}" if key in headers else text
     return headers
+
+
+_WAIT_HEADER = request_timing.GATE_WAIT_HEADER.encode("latin-1")
+
+
+def _with_wait(scope: Scope, seconds: float) -> Scope:
+    """The request as Django gets it: with its wait here for a thread, in
+    a header of ours (project/request_timing.py logs it if it is slow), and
+    without any the client sent under that name."""
+    headers = [(name, value) for name, value in scope.get("headers", ()) if name.lower() != _WAIT_HEADER]
+    return {**scope, "headers": [*headers, (_WAIT_HEADER, str(round(seconds * 1000)).encode())]}
 
 
 async def _answer(send: Send, status: int, body: dict, retry_after: int) -> None:

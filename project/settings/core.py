@@ -47,6 +47,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, to see everything's time: slow requests logged with where it went.
+    "project.request_timing.SlowRequestLog",
     "django.middleware.security.SecurityMiddleware",
     # Each user's plan read once per request, whoever asks (uploads/limits.py).
     "uploads.limits.PlanOncePerRequestMiddleware",
@@ -141,3 +143,6 @@ LOGGING = {
                 "django.request": {"filters": ["rate_refusals"]},
                 "flower.inspector": {"filters": ["flower_unanswered"]}},
 }
+# A request that took this long or more is logged ("fairlane.slow") with where
+# its time went: the front door's wait, CPU, database (project/request_timing.py); 0: none.
+FAIRLANE_SLOW_REQUEST_MS = int(env("FAIRLANE_SLOW_REQUEST_MS", "2000"))

@@ -395,3 +395,21 @@ def test_credentials_that_spell_a_users_turn_do_not_share_it():
         assert [(await task)[0] for task in (first, second, victim)] == [200, 200, 200]
 
     run(scenario())
+
+
+def test_django_gets_the_front_doors_wait_for_a_thread_and_never_a_clients_own():
+    """Its header (project/request_timing.py logs it for a slow request):
+    one, the gate's, whatever the client sent under that name."""
+    class Headers(Inner):
+        async def __call__(self, scope, receive, send) -> None:
+            self.headers = [(k, v) for k, v in scope["headers"] if k == b"x-fairlane-gate-wait-ms"]
+            await super().__call__(scope, receive, send)
+
+    inner = Headers()
+    request = scope()
+    request["headers"] = [*request["headers"], (b"x-fairlane-gate-wait-ms", b"999999"),
+                          (b"X-Fairlane-Gate-Wait-Ms", b"888888")]
+    status, _, _ = run(call(gate_for(inner, Refusals()), request))
+    assert status == 200
+    [(_, value)] = inner.headers
+    assert value.isdigit() and int(value) < 888888
