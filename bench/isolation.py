@@ -26,7 +26,11 @@ production), all started here and stopped at the end.
    The hostile clients run at idle priority, in processes of their own (its
    pollers in one, its other clients in another, its receiver in a
    third): they stand for other machines, and do not share the light
-   users' clients' process (its GIL). Quiet and hostile phases alternate (a, b, a, b) so the
+   users' clients' process (its GIL). The light users' client threads stand
+   for machines of their own too, the other way: at SCHED_FIFO 1 they run
+   as soon as they are woken, so what they wait for is the system, not the
+   core they share with it (BENCH_ISOLATION_LIGHT_CLIENTS=normal: ordinary
+   threads, as before 2026-11-29). Quiet and hostile phases alternate (a, b, a, b) so the
    machine's drift falls on both; a quiet phase after a hostile one starts
    once the system is idle again (`_settle`), so that what the hostile
    user left running is not counted as quiet.
@@ -276,6 +280,35 @@ def _as_another_machine() -> None:
         os.nice(19)
 
 
+# How the light users' clients run: "realtime" (the default: each client
+# thread at SCHED_FIFO 1, below) or "normal" (as before 2026-11-29, an
+# ordinary thread on the web host's core).
+LIGHT_CLIENTS = os.environ.get("BENCH_ISOLATION_LIGHT_CLIENTS", "realtime")
+if LIGHT_CLIENTS not in ("realtime", "normal"):
+    raise SystemExit("BENCH_ISOLATION_LIGHT_CLIENTS is realtime or normal")
+LIGHT_POLICIES: set[str] = set()  # what the light clients' threads got (the results say)
+
+
+def _as_a_light_users_machine() -> str:
+    """This thread, a light user's client, stands for a machine of its own
+    too: what it waits for is the system, never the CPU it shares with it.
+    An ordinary thread on the web host's core waited for that core at each
+    of its wake-ups (the answer read, the next request sent): beside the
+    hostile user 40-70 ms of a light request were outside Django, where
+    quiet the whole request took 8-15 ms (one-cycle runs of 2026-11-29,
+    with FAIRLANE_SLOW_REQUEST_MS=1). At SCHED_FIFO 1 it runs as soon as
+    it is woken; it uses a few ms of CPU an upload, and the quiet phase's
+    clients run so too. Returns the policy it got (normal where refused:
+    not root)."""
+    if LIGHT_CLIENTS == "normal":
+        return "normal"
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except (AttributeError, OSError):
+        return "normal"
+    return "realtime"
+
+
 class Receiver:
     """A webhook receiver that answers 200 after RECEIVER_DELAY_S, in a
     process of its own (at idle priority): the hostile user's machine, not a thread
@@ -470,6 +503,7 @@ def light_round(clients: list[Client], photo: bytes, round_no: int) -> list[dict
     lock = threading.Lock()
 
     def one(i: int) -> None:
+        LIGHT_POLICIES.add(_as_a_light_users_machine())
         t0, steps = time.time(), {}
         answer = direct_upload(clients[i], [(f"light-{round_no}-{i}.jpg", photo)], threads=1, steps=steps)
         with lock:
@@ -1133,7 +1167,7 @@ def report(light: dict | None, polls: list[dict], cancel: dict) -> None:
         targets[f"the hostile user's refusals 4xx, never 5xx ({refusals:,} refused, {server_errors} 5xx)"] = (
             server_errors == 0 and refusals > 0)
     out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hosts": HOSTS, "web_server": WEB_SERVER,
-           "settings": SETTINGS,
+           "settings": SETTINGS, "light_clients": {"asked": LIGHT_CLIENTS, "got": sorted(LIGHT_POLICIES)},
            "cpus": None if HOSTS == 1 else {"web": sorted(WEB_CPUS), "transcode": sorted(TRANSCODE_CPUS)},
            "light": light, "polls": polls,
            "cancel": cancel, "targets": targets, "load": os.getloadavg()}
