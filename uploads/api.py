@@ -297,6 +297,7 @@ class UploadDetailApi(APIView):
     def delete(self, request: Request, upload_id) -> Response:
         upload = selectors.upload_get_for_user(user=request.user, upload_id=upload_id)
         services.uploads_delete(uploads=[upload], actor=request.user)
+        batch_summary.forget(user_id=request.user.pk)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -431,6 +432,7 @@ class JobDetailApi(APIView):
             services.uploads_delete(uploads=[job.upload], actor=request.user)
         else:
             services.export_delete(job=job, actor=request.user)
+        batch_summary.forget(user_id=request.user.pk)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -448,6 +450,8 @@ class _JobActionApi(APIView):
         if job.status not in self.allowed or not self.action(job_ids=[job.id], actor=request.user):
             code, message = self.refusal
             raise ApplicationError(code, message.format(status=job.status), status_code=status.HTTP_409_CONFLICT)
+        # The user's next poll shows this (a kept answer may be seconds old: uploads/batch_summary.py).
+        batch_summary.forget(user_id=request.user.pk)
         return _job_answer(request, job_id, self.answer_status)
 
 

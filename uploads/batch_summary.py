@@ -32,8 +32,10 @@ the interval, and a user has at most as many as they may poll in that
 time (their read rate). Redis out of reach: every poll asks the database.
 
 A user's own batch writes through the API (rename, cancel, retry, delete)
-answer from the database and start a new generation of the user's kept
-answers (`forget`): no poll after a write is answered from before it."""
+answer from the database, and they and the user's job and upload writes
+(a job's cancel, retry or delete, an upload's delete) start a new
+generation of the user's kept answers (`forget`): no poll after a write
+of theirs is answered from before it."""
 from __future__ import annotations
 
 import hashlib

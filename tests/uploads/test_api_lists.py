@@ -338,6 +338,34 @@ def test_a_kept_answer_is_reused_one_interval_more_per_files_it_covers(
     assert batch_summary.reuse_for(files=1) == batch_summary.reuse_for(files=2) == 10  # never under the interval
 
 
+def test_a_users_own_job_write_is_never_answered_from_a_poll_kept_before_it(
+        make_user, api_client_for, redis_client, settings, progress_asked, cpu_lane_paused):
+    """A job's cancel, retry or delete through the API forgets the user's
+    kept answers as a batch write does: a kept answer may be reused for
+    seconds (more for a large batch), and the user's own change must show
+    at their next poll."""
+    settings.FAIRLANE_ESTIMATE_REUSE_S = 3600
+    settings.FAIRLANE_POLL_REUSE_FILES = 1
+    alice = make_user("alice")
+    batch = make_batch(alice, ["queued"] * 3)
+    client = api_client_for(alice)
+
+    def counts() -> dict:
+        return client.get(f"/api/batches/{batch.id}/").json()["counts"]
+
+    jobs = list(Job.objects.filter(upload__batch=batch.id).order_by("created_at"))
+    assert counts()["queued"] == 3
+    assert client.post(f"/api/jobs/{jobs[0].id}/cancel/").status_code == 200
+    assert counts()["queued"] == 2 and counts().get("canceled") == 1
+    assert client.post(f"/api/jobs/{jobs[0].id}/retry/").status_code == 202
+    assert counts()["queued"] == 3
+    assert client.delete(f"/api/jobs/{jobs[1].id}/").status_code == 204
+    assert counts()["queued"] == 2
+    assert client.delete(f"/api/uploads/{jobs[2].upload_id}/").status_code == 204
+    assert counts()["queued"] == 1
+    assert len(progress_asked) == 5  # once at first, once after each write: the others were kept
+
+
 def test_a_large_batchs_poll_asks_the_database_when_redis_is_out_of_reach(make_user, api_client_for, settings):
     """Nothing kept, nothing lost: each poll is answered, from the database."""
     settings.FAIRLANE_ESTIMATE_REUSE_S = 3600
