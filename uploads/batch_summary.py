@@ -19,8 +19,9 @@ s, the page's own interval), and one interval more for every
 FAIRLANE_POLL_REUSE_FILES_PER_INTERVAL files it covers past that many
 (`reuse_for`: its computation's cost grows with its files, and so does the
 time it serves); after that one request asks the database again while the
-others still get the kept answer (never more than twice its time old). A user's polls of the same large batches cost one
-computation per interval, however many pages poll on however many hosts:
+others still get the kept answer (never more than twice its time old). A
+user's polls of the same large batches cost one computation per interval,
+however many pages poll on however many hosts:
 without the one asker, every poll that found the answer just expired
 asked at once (~2.6 computations per interval in bench-isolation).
 

@@ -412,9 +412,9 @@ def job_probe_record(*, job_id: str, kind: str, media_info: dict, cost_estimate:
     Job.objects.filter(id=job_id).update(kind=kind, media_info=media_info, cost_estimate=cost_estimate, **priced)
 
 
-def _finishing(jobs):
-    """What job_finish reads of the job it ends."""
-    return jobs.only("started_at", "owner_id", "lane", "kind", "wait_ms", "parent_id", "part", "part_index")
+def _finishing(jobs, *more: str):
+    """What job_finish reads of the job it ends (and `more`)."""
+    return jobs.only("started_at", "owner_id", "lane", "kind", "wait_ms", "parent_id", "part", "part_index", *more)
 
 
 def job_finish(*, job_id: str, status: str, attempt: int | None = None, error_code: str = "",
@@ -582,16 +582,16 @@ CANCEL_CHUNK = 500
 
 def _jobs_cancel_chunk(job_ids: list, message: str, now: datetime) -> list[Job]:
     with transaction.atomic():
-        # What the cancel needs of them (job_finish reads the others again), not whole rows.
-        jobs = list(Job.objects.select_for_update().filter(id__in=job_ids, status__in=Job.UNFINISHED).only(
-            "id", "owner_id", "status", "started_at", "parent_id", "lane", "kind", "wait_ms"))
+        # What the cancel and job_finish need of them, not whole rows; locked, so not read again.
+        jobs = list(_finishing(Job.objects.select_for_update().filter(id__in=job_ids, status__in=Job.UNFINISHED),
+                               "status"))
         waiting = {job.id for job in jobs
                    if job.status == Job.Status.QUEUED and job.started_at is None and job.parent_id is None}
         waiting -= set(Job.objects.filter(parent_id__in=waiting).values_list("parent_id", flat=True))
         canceled = _waiting_cancel([job for job in jobs if job.id in waiting], message, now)
         for job in jobs:
             if job.id not in waiting and job_finish(job_id=str(job.id), status=Job.Status.CANCELED,
-                                                    error_code="canceled", error_message=message):
+                                                    error_code="canceled", error_message=message, locked=job):
                 canceled.append(job)
         by_task: dict[str, list[str]] = {}
         for job in canceled:
