@@ -1,7 +1,7 @@
 """Prometheus metrics at /metrics, for every process on every host.
 
 Jobs end in prefork children and worker threads on many hosts, so
-observations are recorded in Redis (one pipelined round trip per job) and
+observations are recorded in Redis (one pipelined round trip per job, or per jobs ended together) and
 turned into Prometheus families when /metrics is scraped; prometheus_client's
 own multiprocess mode would only see one host. Gauges (backlog, in flight,
 active users, worker heartbeat age) are read from the fair dispatcher at
@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import hmac
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import redis
 from django.conf import settings
@@ -55,18 +57,45 @@ def _bucket(value: float) -> str:
     return next((repr(b) for b in BUCKETS if value <= b), "+Inf")
 
 
+class JobEnded(NamedTuple):
+    """One finished job, as the metrics count it."""
+
+    lane: str
+    kind: str
+    outcome: str
+    wait_s: float | None
+    process_s: float | None
+
+
 def observe_job(*, lane: str, kind: str, outcome: str, wait_s: float | None, process_s: float | None) -> None:
     """Count one finished job and its times. Never raises: metrics must not
     fail a job."""
-    try:
-        pipe = _client().pipeline(transaction=False)
-        for name, value in (("wait", wait_s), ("processing", process_s)):
+    observe_jobs([JobEnded(lane, kind, outcome, wait_s, process_s)])
+
+
+def observe_jobs(ended: Iterable[JobEnded]) -> None:
+    """Count jobs that ended together (a cancel's 5,000) in one round trip
+    of one command per distinct field: a round trip per job was 5,000 of
+    them on the web's thread, and on the Redis every user shares. Never
+    raises."""
+    counts: Counter[tuple[str, str]] = Counter()
+    sums: defaultdict[tuple[str, str], float] = defaultdict(float)
+    for job in ended:
+        for name, value in (("wait", job.wait_s), ("processing", job.process_s)):
             if value is None:
                 continue
             key = KEY.format(name=name)
-            pipe.hincrby(key, f"{lane}|{kind}|{_bucket(value)}", 1)
-            pipe.hincrbyfloat(key, f"{lane}|{kind}|sum", value)
-        pipe.hincrby(KEY.format(name="jobs"), f"{lane}|{kind}|{outcome}", 1)
+            counts[key, f"{job.lane}|{job.kind}|{_bucket(value)}"] += 1
+            sums[key, f"{job.lane}|{job.kind}|sum"] += value
+        counts[KEY.format(name="jobs"), f"{job.lane}|{job.kind}|{job.outcome}"] += 1
+    if not counts:
+        return
+    try:
+        pipe = _client().pipeline(transaction=False)
+        for (key, field), n in counts.items():
+            pipe.hincrby(key, field, n)
+        for (key, field), total in sums.items():
+            pipe.hincrbyfloat(key, field, total)
         pipe.execute()
     except redis.RedisError:
         pass

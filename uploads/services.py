@@ -617,9 +617,9 @@ def _waiting_cancel(jobs: list[Job], message: str, now: datetime) -> list[Job]:
         finished_at=now, outcome=Job.Status.CANCELED, error_code="canceled", error_message=message)
 
     def announce() -> None:
-        for job in jobs:
-            metrics.observe_job(lane=job.lane, kind=job.kind, outcome=Job.Status.CANCELED,
-                                wait_s=None if job.wait_ms is None else job.wait_ms / 1000, process_s=None)
+        metrics.observe_jobs(metrics.JobEnded(job.lane, job.kind, Job.Status.CANCELED,
+                                              None if job.wait_ms is None else job.wait_ms / 1000, None)
+                             for job in jobs)
         lifecycle.job_finished.send_many([lifecycle.JobFinished(job_id=str(job.id), owner_id=job.owner_id,
                                                                 status=Job.Status.CANCELED, finished_at=now)
                                           for job in jobs])
