@@ -27,6 +27,7 @@ from project import logcontext, metrics, passes, plans
 from project.bulk_insert import insert_many
 from project.dbclock import db_now
 from project.lanes import Lane
+from project.pacing import paced
 from uploads import lifecycle, limits, parts, rates
 from uploads.errors import ApplicationError, public_message
 from uploads.models import Batch, Job, JobAttempt, Output, Profile, Upload
@@ -254,12 +255,23 @@ def jobs_enqueue(*, job_ids: Iterable[str]) -> int:
                              .only(*JOB_FIELDS_FOR_DISPATCH).order_by("created_at")))
 
 
+# How many jobs one call of a large submit hands the dispatcher (_jobs_submit).
+SUBMIT_CHUNK = 500
+
+
 def _jobs_submit(jobs: list[Job]) -> int:
+    """Hand `jobs` to the dispatcher, SUBMIT_CHUNK to a call, the calls
+    paced (project/pacing.py): a 5,000-job retry or claim gives the host
+    back between them, and the lane has each chunk's jobs before the pause."""
     policies = fair_policies(user_ids=[j.owner_id for j in jobs], lane=Lane.CPU_TRANSCODE)
-    return dispatcher.enqueue_many([dispatcher.Submission(
-        job_task_name(job), [str(job.id)], task_id=str(job.id), fair_key=str(job.owner_id), cost=job.cost_estimate,
-        policy=policies.get(job.owner_id), options=job_time_limits(job),
-        due=job.scheduled_for.timestamp() if job.scheduled_for else None) for job in jobs])
+    submitted = 0
+    for start in paced(range(0, len(jobs), SUBMIT_CHUNK)):
+        submitted += dispatcher.enqueue_many([dispatcher.Submission(
+            job_task_name(job), [str(job.id)], task_id=str(job.id), fair_key=str(job.owner_id),
+            cost=job.cost_estimate, policy=policies.get(job.owner_id), options=job_time_limits(job),
+            due=job.scheduled_for.timestamp() if job.scheduled_for else None)
+            for job in jobs[start:start + SUBMIT_CHUNK]])
+    return submitted
 
 
 def jobs_reconcile() -> int:
@@ -566,11 +578,13 @@ def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]
     them waits for it (its slot, which every user's next job waits for,
     with it). 5,000 rows in one transaction held them for as long as the
     whole cancel took. The jobs of one call share their end time, so their
-    endings are still one announcement."""
+    endings are still one announcement. The chunks are paced
+    (project/pacing.py): a batch's cancel gives the host back to other
+    users' requests between them."""
     message = f"Canceled by {actor}."
     ids, now = list(job_ids), db_now()
     canceled: list[Job] = []
-    for start in range(0, len(ids), CANCEL_CHUNK):
+    for start in paced(range(0, len(ids), CANCEL_CHUNK)):
         canceled += _jobs_cancel_chunk(ids[start:start + CANCEL_CHUNK], message, now)
     log.info("%s canceled %d job(s): %s", actor, len(canceled), [str(job.id) for job in canceled[:20]])
     return canceled

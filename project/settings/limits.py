@@ -59,6 +59,12 @@ FAIRLANE_API_REPLAYS_PER_MIN = int(env("FAIRLANE_API_REPLAYS_PER_MIN", "60"))
 # batch cancels, retries and polls: the light users' p99 beside it was 3.1x
 # quiet in bench-isolation, 1.36x at 10 (docs/benchmarks.md).
 FAIRLANE_API_SECONDS_PER_MIN = int(env("FAIRLANE_API_SECONDS_PER_MIN", "20"))
+# What share of its wall time a bulk operation of several chunks (a batch's
+# cancel or retry, a large submit) may work; it sleeps the rest between
+# chunks (project/pacing.py). 1 never pauses.
+FAIRLANE_BULK_DUTY = float(env("FAIRLANE_BULK_DUTY", "0.25"))
+if not 0 < FAIRLANE_BULK_DUTY <= 1:
+    raise ImproperlyConfigured("FAIRLANE_BULK_DUTY must be above 0 and at most 1")
 # Anonymous requests (the schema and its docs page; everything else needs a user), per address.
 FAIRLANE_API_ANON_PER_MIN = int(env("FAIRLANE_API_ANON_PER_MIN", "60"))
 # Like a plan's own limits (project/plans.py), the defaults are at least 1
