@@ -239,13 +239,13 @@ def test_a_batch_cancel_takes_the_same_statements_whatever_the_batch_s_size(make
 def test_a_large_cancel_locks_its_jobs_a_chunk_at_a_time_and_ends_them_together(
         make_user, post_upload, act, monkeypatch):
     """A worker starting or finishing a job waits for the transaction that
-    holds its row, so a cancel holds at most CANCEL_CHUNK rows at once, each
+    holds its row, so a cancel holds at most BULK_CHUNK rows at once, each
     chunk in a transaction of its own; the jobs still end at one time, and
     their ending is still one notify task."""
     from tests.workers import lane_paused
     from uploads import services
 
-    monkeypatch.setattr(services, "CANCEL_CHUNK", 4)
+    monkeypatch.setattr(services, "BULK_CHUNK", 4)
     bob = make_user("bob")
     with lane_paused("io-notify"):
         statements, jobs, heard = _batch_cancel_cost(bob, post_upload, act, 10)
