@@ -1,8 +1,9 @@
 """Prometheus metrics at /metrics, for every process on every host.
 
 Jobs end in prefork children and worker threads on many hosts, so
-observations are recorded in Redis (one pipelined round trip per job, or per jobs ended together) and
-turned into Prometheus families when /metrics is scraped; prometheus_client's
+observations are recorded in Redis (one pipelined round trip per job, or
+per group of jobs that ended together) and turned into Prometheus families
+when /metrics is scraped; prometheus_client's
 own multiprocess mode would only see one host. Gauges (backlog, in flight,
 active users, worker heartbeat age) are read from the fair dispatcher at
 scrape time.

@@ -18,7 +18,7 @@ light user's) never waits.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 from django.conf import settings
@@ -27,12 +27,13 @@ from django.db import connection
 T = TypeVar("T")
 
 
-def paced(chunks: Iterable[T], *, own_transaction: bool = False, duty: float | None = None,
-          clock: Callable[[], float] | None = None, sleep: Callable[[float], None] | None = None) -> Iterator[T]:
-    """Yield `chunks` one by one; before each but the first, sleep until the
-    time spent working on those before (from each yield until the next
-    item is asked for) is at most `duty` (FAIRLANE_BULK_DUTY) of the time
-    since the first. No pause after the last: the caller's answer is not
+def paced(items: Sequence[T], size: int, *, own_transaction: bool = False, duty: float | None = None,
+          clock: Callable[[], float] | None = None,
+          sleep: Callable[[float], None] | None = None) -> Iterator[Sequence[T]]:
+    """Yield `items` in chunks of `size`; before each but the first, sleep
+    until the time spent working on those before (from each yield until
+    the next chunk is asked for) is at most `duty` (FAIRLANE_BULK_DUTY) of
+    the time since the first. No pause after the last: the caller's answer is not
     held up.
 
     No pause inside a transaction (an upload's delete cancels its jobs in
@@ -43,11 +44,11 @@ def paced(chunks: Iterable[T], *, own_transaction: bool = False, duty: float | N
     duty = settings.FAIRLANE_BULK_DUTY if duty is None else duty
     clock, sleep = clock or time.monotonic, sleep or time.sleep
     started, worked = clock(), 0.0
-    for n, chunk in enumerate(chunks):
-        if n and duty < 1 and len(connection.atomic_blocks) <= (1 if own_transaction else 0):
+    for start in range(0, len(items), size):
+        if start and duty < 1 and len(connection.atomic_blocks) <= (1 if own_transaction else 0):
             pause = worked / duty - (clock() - started)
             if pause > 0:
                 sleep(pause)
         began = clock()
-        yield chunk
+        yield items[start:start + size]
         worked += clock() - began

@@ -268,12 +268,11 @@ def _jobs_submit(jobs: list[Job]) -> int:
     back between them, and the lane has each chunk's jobs before the pause."""
     policies = fair_policies(user_ids=[j.owner_id for j in jobs], lane=Lane.CPU_TRANSCODE)
     submitted = 0
-    for start in paced(range(0, len(jobs), BULK_CHUNK)):
+    for chunk in paced(jobs, BULK_CHUNK):
         submitted += dispatcher.enqueue_many([dispatcher.Submission(
             job_task_name(job), [str(job.id)], task_id=str(job.id), fair_key=str(job.owner_id),
             cost=job.cost_estimate, policy=policies.get(job.owner_id), options=job_time_limits(job),
-            due=job.scheduled_for.timestamp() if job.scheduled_for else None)
-            for job in jobs[start:start + BULK_CHUNK]])
+            due=job.scheduled_for.timestamp() if job.scheduled_for else None) for job in chunk])
     return submitted
 
 
@@ -532,11 +531,9 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
         stale = [(str(job.id), range(job.attempt_budget_from + 1, job.attempts + 1), job.checkpoint) for job in jobs]
         transaction.on_commit(lambda: _job_objects_delete(stale))
         part_prefixes: list[str] = []
-        transaction.on_commit(lambda: media_delete(prefixes=part_prefixes))
         # BULK_CHUNK jobs to a statement, paced in this transaction: it holds
         # only the owner's row and their ended jobs, which no worker waits for.
-        for start in paced(range(0, len(ids), BULK_CHUNK), own_transaction=True):
-            chunk = ids[start:start + BULK_CHUNK]
+        for chunk in paced(ids, BULK_CHUNK, own_transaction=True):
             Output.objects.filter(job_id__in=chunk).delete()
             # The parts of a chunked job (uploads/parts.py) go: the retry probes
             # and splits again. Their objects hold the old outputs.
@@ -549,6 +546,7 @@ def jobs_retry(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]:
                 started_at=None, finished_at=None, wait_ms=None, process_ms=None, checkpoint={},
                 notify_pending=False, attempt_budget_from=F("attempts"), live={}, playable_at=None,
             )
+        transaction.on_commit(lambda: media_delete(prefixes=part_prefixes))
         dispatcher.after_commit(lambda: _jobs_submit(jobs))  # as read: not read again
     log.info("%s retried %d job(s): %s", actor, len(ids), [str(i) for i in ids[:20]])
     return jobs
@@ -592,8 +590,8 @@ def jobs_cancel(*, job_ids: Iterable[str], actor: AbstractBaseUser) -> list[Job]
     message = f"Canceled by {actor}."
     ids, now = list(job_ids), db_now()
     canceled: list[Job] = []
-    for start in paced(range(0, len(ids), BULK_CHUNK)):
-        canceled += _jobs_cancel_chunk(ids[start:start + BULK_CHUNK], message, now)
+    for chunk in paced(ids, BULK_CHUNK):
+        canceled += _jobs_cancel_chunk(chunk, message, now)
     log.info("%s canceled %d job(s): %s", actor, len(canceled), [str(job.id) for job in canceled[:20]])
     return canceled
 

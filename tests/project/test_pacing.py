@@ -24,7 +24,7 @@ class Clock:
 
 def run(chunk_seconds: list[float], duty: float) -> Clock:
     clock = Clock()
-    for seconds in paced(chunk_seconds, duty=duty, clock=clock, sleep=clock.sleep):
+    for [seconds] in paced(chunk_seconds, 1, duty=duty, clock=clock, sleep=clock.sleep):
         clock.now += seconds  # the caller's work on the chunk
     return clock
 
@@ -49,7 +49,7 @@ def test_one_chunk_or_a_duty_of_one_never_waits(chunks, duty):
 def test_the_duty_defaults_to_the_setting(settings):
     settings.FAIRLANE_BULK_DUTY = 0.5
     clock = Clock()
-    for _ in paced([1, 2], clock=clock, sleep=clock.sleep):
+    for _ in paced([1, 2, 3], 2, clock=clock, sleep=clock.sleep):
         clock.now += 1.0
     assert clock.slept == [1.0]
 
