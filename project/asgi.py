@@ -20,7 +20,10 @@ application = WebGate(
     hold_s=settings.FAIRLANE_WEB_REFUSAL_HOLD_S, held_per_client=settings.FAIRLANE_WEB_HELD_PER_CLIENT,
     held_most=settings.FAIRLANE_WEB_HELD_MOST, waiting_per_client=settings.FAIRLANE_WEB_WAITING_PER_CLIENT)
 
-# Start-up's objects out of the collector's full passes (project/gc_pauses.py).
+# Start-up's objects out of the collector's full passes (project/gc_pauses.py),
+# and short GIL turns for the threads of every user's requests (project/gil_turns.py).
 from project.gc_pauses import freeze_startup_objects  # noqa: E402
+from project.gil_turns import shorten_gil_turns  # noqa: E402
 
 freeze_startup_objects()
+shorten_gil_turns()

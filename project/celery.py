@@ -44,15 +44,18 @@ def _root_warning_off_without_pickle(conf, **kwargs) -> None:
 
 
 @signals.worker_ready.connect
-def _startup_objects_frozen(**kwargs) -> None:
+def _ready_to_share(**kwargs) -> None:
     """The io-notify lane's threads share one process, and with it every
     user's deliveries: its start-up objects leave the collector's full
-    passes as the web's do (project/gc_pauses.py). Sent in the worker's main
+    passes, and its threads take short GIL turns, as the web's do
+    (project/gc_pauses.py, project/gil_turns.py). Sent in the worker's main
     process once its pool is up; a prefork pool's children are forked by
     then and keep their own, one job at a time each."""
     from project.gc_pauses import freeze_startup_objects
+    from project.gil_turns import shorten_gil_turns
 
     freeze_startup_objects()
+    shorten_gil_turns()
 
 
 # Connects the log context's worker signals (task id and lane on every line).

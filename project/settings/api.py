@@ -61,6 +61,13 @@ FAIRLANE_WEB_REFUSAL_HOLD_S = float(env("FAIRLANE_WEB_REFUSAL_HOLD_S", "2"))
 FAIRLANE_WEB_HELD_PER_CLIENT = int(env("FAIRLANE_WEB_HELD_PER_CLIENT", "256"))
 FAIRLANE_WEB_HELD_MOST = int(env("FAIRLANE_WEB_HELD_MOST", "4096"))
 FAIRLANE_WEB_WAITING_PER_CLIENT = int(env("FAIRLANE_WEB_WAITING_PER_CLIENT", "256"))
+# How long a thread of a process users share (the web, the io-notify lane)
+# may compute before another that is back from I/O may take the GIL
+# (project/gil_turns.py): CPython's default is 5 ms, paid on every return
+# from I/O beside a computing thread.
+FAIRLANE_GIL_SWITCH_MS = float(env("FAIRLANE_GIL_SWITCH_MS", "0.5"))
+if not 0 < FAIRLANE_GIL_SWITCH_MS <= 100:
+    raise ImproperlyConfigured("FAIRLANE_GIL_SWITCH_MS must be above 0 and at most 100")
 # A batch poll's estimate reads the user's unfinished work per rate key (a
 # grouped aggregate over all of their queued jobs: ~130 ms at 10,000). A web
 # process reuses it for this long while the polled batches' counts and
