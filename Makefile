@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-properties install bench-fairness bench-handover bench-redis-cost bench-media bench-notify bench-storage bench-scale bench-chunks bench-upload bench-isolation bench-web-server bench-estimates bench-ttfp-large clean stop
+.PHONY: run test test-fast test-properties install bench-fairness bench-handover bench-redis-cost bench-gil-turns bench-media bench-notify bench-storage bench-scale bench-chunks bench-upload bench-isolation bench-web-server bench-estimates bench-ttfp-large clean stop
 
 install: $(STAMP)
 
@@ -42,6 +42,10 @@ bench-handover: install
 # The dispatcher's Redis instructions per job, this checkout against a baseline (valgrind)
 bench-redis-cost: install
 	$(BIN)/python -m bench.redis_cost $(ARGS)
+
+# What a thread back from I/O waits for the GIL beside a computing one, by switch interval (seconds)
+bench-gil-turns: install
+	$(BIN)/python -m bench.gil_turns
 
 bench-media: install
 	$(BIN)/python -m bench.media

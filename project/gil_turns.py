@@ -9,9 +9,9 @@ from I/O. A light user's upload makes some twenty such returns in a web
 process (its queries, its Redis calls, the event loop's steps around its
 request), so beside one busy thread it waited ~0.1 s for nothing, and up to
 0.3 s in `make bench-isolation` before Django even saw it (the "convoy
-effect", bpo-7946). On this machine 100 socket round trips
-beside one computing thread took 522 ms at 5 ms, 113 ms at 1 ms and 63 ms
-at 0.5 ms, and 1.6 ms with no such thread.
+effect", bpo-7946). `make bench-gil-turns`: 100 socket round trips
+beside one computing thread took 525 ms at 5 ms, 115 ms at 1 ms and 64 ms
+at 0.5 ms, and 4.6 ms with no such thread.
 
 A shorter interval costs the computing thread a few more GIL hand-overs
 per second (tens of microseconds each), which is the trade we want where
