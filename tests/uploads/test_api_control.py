@@ -15,6 +15,7 @@ import dispatcher
 import media
 from notify import services as notify_services
 from project.lanes import Lane
+from tests.dispatcher_state import held
 from uploads.models import Batch, Job, JobAttempt, Output, Upload
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("cpu_lane_paused")]
@@ -46,11 +47,6 @@ def act(api_client_for, django_capture_on_commit_callbacks):
             return getattr(api_client_for(user), method)(url)
 
     return call
-
-
-def held(job: Job) -> str | None:
-    """The job's state in the dispatcher ("delayed" until it is due), or None."""
-    return dispatcher.scheduler(Lane.CPU_TRANSCODE).known(str(job.id))
 
 
 def publish_outputs(job: Job, tmp_path: Path, attempt: int = 1, *, record: bool = True) -> str:

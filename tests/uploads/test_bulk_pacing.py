@@ -12,19 +12,13 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-import dispatcher
 from project import pacing
-from project.lanes import Lane
 from tests.backlogs import files_with_jobs
+from tests.dispatcher_state import held
 from uploads import services
 from uploads.models import Job
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("cpu_lane_paused")]
-
-
-def held(jobs) -> list[str | None]:
-    sched = dispatcher.scheduler(Lane.CPU_TRANSCODE)
-    return [sched.known(str(job.id)) for job in jobs]
 
 
 @pytest.fixture
@@ -47,7 +41,7 @@ def test_a_cancel_pauses_between_its_chunks_each_done_before_its_pause(make_user
     assert services.jobs_enqueue(job_ids=[job.id for job in jobs]) == 10
     pauses.taken.clear()  # the submit's own (below)
     pauses.look.at = lambda: (list(Job.objects.filter(id__in=[j.id for j in jobs]).order_by("created_at")
-                                   .values_list("status", flat=True)), held(jobs))
+                                   .values_list("status", flat=True)), [held(j) for j in jobs])
 
     assert len(services.jobs_cancel(job_ids=[job.id for job in jobs], actor=alice)) == 10
     (first_statuses, first_held), (second_statuses, _) = pauses.taken
@@ -71,12 +65,12 @@ def test_a_large_submit_hands_each_chunk_to_the_lane_before_its_pause(make_user,
     monkeypatch.setattr(services, "BULK_CHUNK", 2)
     alice = make_user("alice")
     _, jobs = files_with_jobs(alice, 5)
-    pauses.look.at = lambda: held(jobs)
+    pauses.look.at = lambda: [held(j) for j in jobs]
     assert services.jobs_enqueue(job_ids=[job.id for job in jobs]) == 5
     first, second = pauses.taken
     assert None not in first[:2] and first[2:] == [None] * 3
     assert None not in second[:4] and second[4:] == [None]
-    assert None not in held(jobs)
+    assert None not in [held(j) for j in jobs]
 
 
 def test_a_retry_pauses_between_its_statements_inside_its_own_transaction_only(

@@ -23,6 +23,7 @@ from django.utils import timezone
 import dispatcher
 import media
 from project.lanes import Lane
+from tests.dispatcher_state import held
 from tests.promise import wait_for_lock_wait
 from tests.uploads.test_direct import put
 from tests.uploads.test_plans import store_unchecked
@@ -35,11 +36,6 @@ MIB = 1024 * 1024
 
 def plan(user, **values) -> Profile:
     return Profile.objects.update_or_create(user=user, defaults=values)[0]
-
-
-def held(job_id) -> str | None:
-    """The job's state in the dispatcher ("delayed" until it is due), or None."""
-    return dispatcher.scheduler(Lane.CPU_TRANSCODE).known(str(job_id))
 
 
 @pytest.fixture
