@@ -1151,12 +1151,14 @@ def _slow_requests(logs: Path, light_ids: set[int], most: int = 2000) -> list[st
     the first 2,000 lines held only half of the light users')."""
     lines = [line.strip() for path in sorted(logs.glob("*.log"))
              for line in path.read_text(errors="replace").splitlines() if "slow request:" in line]
-    light = {f" user {pk}:" for pk in light_ids}
-    is_light = [any(tag in line for tag in light) for line in lines]
-    room = max(0, most - sum(is_light))
-    others = [i for i, mine in enumerate(is_light) if not mine][:room]
-    kept = sorted({i for i, mine in enumerate(is_light) if mine} | set(others))
-    return [lines[i] for i in kept]
+    tags = {f" user {pk}:" for pk in light_ids}
+    light = [any(tag in line for tag in tags) for line in lines]
+    room, kept = most - sum(light), []
+    for line, mine in zip(lines, light):
+        if mine or room > 0:
+            kept.append(line)
+            room -= not mine
+    return kept
 
 
 def report(light: dict | None, polls: list[dict], cancel: dict) -> None:

@@ -28,6 +28,8 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import psycopg
+
 from bench.private_services import PrivatePostgres
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,9 +112,8 @@ def measure() -> dict:
         urls = {}
         for n, (name, target) in enumerate(VERSIONS.items()):
             urls[name] = f"{base}/jobwrites{n}"
-            _in(pg.url, "-c", "import psycopg, sys\n"
-                              f"with psycopg.connect({pg.url!r}, autocommit=True) as c:\n"
-                              f"    c.execute('CREATE DATABASE jobwrites{n}')")
+            with psycopg.connect(pg.url, autocommit=True) as conn:
+                conn.execute(f"CREATE DATABASE jobwrites{n}")
             _prepare(urls[name], target)
         rounds: dict[str, list[dict]] = {name: [] for name in VERSIONS}
         for _ in range(ROUNDS):
@@ -122,11 +123,9 @@ def measure() -> dict:
                 rounds[name].append(json.loads(out.strip().splitlines()[-1]))
         with_indexes = {}
         for name, url in urls.items():
-            out = _in(url, "-c", "import django; django.setup()\n"
-                                 "from django.db import connection\n"
-                                 "c = connection.cursor(); c.execute(\"SELECT count(*) FROM pg_indexes"
-                                 " WHERE tablename = 'uploads_job'\"); print(c.fetchone()[0])")
-            with_indexes[name] = int(out.strip().splitlines()[-1])
+            with psycopg.connect(url) as conn:
+                with_indexes[name] = conn.execute(
+                    "SELECT count(*) FROM pg_indexes WHERE tablename = 'uploads_job'").fetchone()[0]
     finally:
         pg.stop()
     versions = {}
