@@ -25,8 +25,12 @@ production), all started here and stopped at the end.
      at a trickle.
    The hostile clients run at idle priority, in processes of their own (its
    pollers in one, its other clients in another, its receiver in a
-   third): they stand for other machines, and do not share the light
-   users' clients' process (its GIL). The light users' client threads stand
+   third), each in a session whose autogroup is niced 19 (else the kernel
+   gives their session an equal turn with each of the system's: see
+   `_as_another_machine`; BENCH_ISOLATION_HOSTILE_CLIENTS=idle, SCHED_IDLE
+   alone, as before 2026-11-30): they stand for other machines, and do not
+   share the light users' clients' process (its GIL); the results give
+   the CPU they took (`cpu_s_per_phase_s`, "hostile's clients"). The light users' client threads stand
    for machines of their own too, the other way: at SCHED_FIFO 1 they run
    as soon as they are woken, so what they wait for is the system, not the
    core they share with it (BENCH_ISOLATION_LIGHT_CLIENTS=normal: ordinary
@@ -178,6 +182,7 @@ class System:
         for pid in (self.pg.proc.pid, self.procs["s3"].pid, self.procs["redis"].pid):
             _pin(pid, WEB_CPUS)
         self.receiver = Receiver()
+        self.hostile_clients: list[int] = []  # pids: _HostileLoad.start
         self.web_port = free_port()
         self.web_url = f"http://127.0.0.1:{self.web_port}"
         self.env = {
@@ -252,6 +257,10 @@ class System:
         ticks = os.sysconf("SC_CLK_TCK")
         parts = {name: cpu_ticks(process_tree(proc.pid)) for name, proc in self.procs.items() if proc.poll() is None}
         parts["postgres"] = cpu_ticks(process_tree(self.pg.proc.pid))
+        # Not the system's: the hostile user's machines (its webhook receiver,
+        # and its clients' processes while a hostile phase runs), to see what
+        # they took of the web host's core.
+        parts["hostile's clients"] = cpu_ticks([self.receiver.proc.pid, *self.hostile_clients])
         return {name: t / ticks for name, t in parts.items()}
 
     def close(self) -> None:
@@ -267,13 +276,39 @@ class System:
         self.pg.stop()
 
 
+# How the hostile user's clients (its pollers, its other clients, its
+# webhook receiver) stay out of the system's way: "idle-group" (the
+# default: a session of their own whose autogroup is niced 19, then
+# SCHED_IDLE, below) or "idle" (SCHED_IDLE alone, as before 2026-11-30).
+HOSTILE_CLIENTS = os.environ.get("BENCH_ISOLATION_HOSTILE_CLIENTS", "idle-group")
+if HOSTILE_CLIENTS not in ("idle-group", "idle"):
+    raise SystemExit("BENCH_ISOLATION_HOSTILE_CLIENTS is idle-group or idle")
+
+
 def _as_another_machine() -> None:
     """This process stands for a machine of its own: it runs only when the
     CPU would otherwise be idle (SCHED_IDLE). Niced (19), as it was before
     2026-11-29, it still took turns with the system: a woken server thread
     could wait a nice-19 process's slice (a few ms) at each of a request's
     many wake-ups; a SCHED_IDLE one is preempted at once. Where the policy
-    is refused, nice 19."""
+    is refused, nice 19.
+
+    But a policy or a nice value orders threads only within their task
+    group, and with the kernel's autogroups (sched(7); on wherever
+    /proc/sys/kernel/sched_autogroup_enabled is 1) every session is one:
+    the system's processes each lead a session, and this process shared
+    the bench's, so whenever it had work its group took an equal turn with
+    the web's, PostgreSQL's and the store's on the web host's core (two
+    spinning processes in two sessions, one SCHED_IDLE: 50/50 of a core;
+    with the idle one's autogroup niced 19: 99/1). So it first starts a
+    session of its own and nices that group 19 (lowering is allowed to
+    anyone); where the kernel has no autogroups that is a no-op."""
+    if HOSTILE_CLIENTS == "idle-group":
+        os.setsid()
+        try:
+            Path("/proc/self/autogroup").write_text("19")
+        except OSError:  # no autogroups (a kernel without them, or a cgroup of its own)
+            pass
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):
@@ -742,6 +777,7 @@ class Hostile:
                                  daemon=True)]
         for proc in self.procs:
             proc.start()
+        self.system.hostile_clients = [proc.pid for proc in self.procs]
 
     def finish(self) -> None:
         """Its load stops, its batch is canceled and its endpoints go (so
@@ -1178,6 +1214,7 @@ def report(light: dict | None, polls: list[dict], cancel: dict) -> None:
             server_errors == 0 and refusals > 0)
     out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hosts": HOSTS, "web_server": WEB_SERVER,
            "settings": SETTINGS, "light_clients": {"asked": LIGHT_CLIENTS, "got": sorted(LIGHT_POLICIES)},
+           "hostile_clients": HOSTILE_CLIENTS,
            "cpus": None if HOSTS == 1 else {"web": sorted(WEB_CPUS), "transcode": sorted(TRANSCODE_CPUS)},
            "light": light, "polls": polls,
            "cancel": cancel, "targets": targets, "load": os.getloadavg()}
