@@ -37,7 +37,10 @@ production), all started here and stopped at the end.
    threads, as before 2026-11-29). Quiet and hostile phases alternate (a, b, a, b) so the
    machine's drift falls on both; a quiet phase after a hostile one starts
    once the system is idle again (`_settle`), so that what the hostile
-   user left running is not counted as quiet.
+   user left running is not counted as quiet. The results give the
+   ratio of the two phases' p99 and, since a p99 of 120 uploads is about
+   their second slowest, how far it can be trusted (`p99_ratio_spread`,
+   over bootstrap resamples: `ratio_spread`) and the steadier p90 ratio.
    BENCH_ISOLATION_HOSTS=2 runs the same on two hosts as deploy/ does,
    each with a core of its own (CPU affinity; this machine has two): the
    web host (the web, PostgreSQL, Redis, SeaweedFS, the notify lane, and
@@ -1028,6 +1031,21 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def ratio_spread(quiet: list[float], hostile: list[float], q: float = 0.99, resamples: int = 2000,
+                 seed: int = 0) -> dict[str, float]:
+    """How much one run's ratio (the hostile phase's q-quantile over the
+    quiet one's) can be trusted: its 5th, 50th and 95th percentiles over
+    bootstrap resamples of each phase's own uploads. Seeded, so the same
+    samples give the same answer. A p99 of 120 uploads is about their
+    second slowest, and three full runs of the same code gave 1.09x, 1.63x
+    and 1.81x (2026-11-30): a change is a gain when it moves this range,
+    not one run's ratio."""
+    rng = random.Random(seed)
+    ratios = [percentile(rng.choices(hostile, k=len(hostile)), q) / percentile(rng.choices(quiet, k=len(quiet)), q)
+              for _ in range(resamples)]
+    return {f"p{p}": round(percentile(ratios, p / 100), 3) for p in (5, 50, 95)}
+
+
 def _windows(system: System, wait) -> Iterator[dict[str, float]]:
     """Each part's CPU (cores) over one window after another; `wait()`
     ends a window (False: no more windows)."""
@@ -1144,6 +1162,8 @@ def main() -> None:
                           for step in STEPS for q in (50, 90)}}
                for phase, times in (("quiet", quiet), ("hostile", loud))},
             "samples": phases,
+            "p99_ratio_spread": ratio_spread(quiet, loud),
+            "p90_ratio": round(percentile(loud, 0.9) / percentile(quiet, 0.9), 3),
             "cpu_s_per_phase_s": {phase: {k: round(v / wall[phase], 3) for k, v in cpu[phase].items()}
                                   for phase in cpu},
             "hostile_statuses": {str(k): v for k, v in sorted(attacker.statuses.items(), key=str)},
@@ -1224,6 +1244,9 @@ def report(light: dict | None, polls: list[dict], cancel: dict) -> None:
         print(f"light users, submit to done: quiet p50 {light['quiet']['p50_s']:.2f} s p99 "
               f"{light['quiet']['p99_s']:.2f} s; hostile p50 {light['hostile']['p50_s']:.2f} s p99 "
               f"{light['hostile']['p99_s']:.2f} s")
+        spread = light["p99_ratio_spread"]
+        print(f"  p99 ratio over resamples of this run's uploads: {spread['p5']:.2f}x-{spread['p95']:.2f}x "
+              f"(5-95 %); p90 ratio {light['p90_ratio']:.2f}x")
         print(f"hostile statuses: {light['hostile_statuses']}")
         print(f"  by call: {light['hostile_statuses_by_call']}")
     for row in polls:
