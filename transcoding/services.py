@@ -138,9 +138,10 @@ def _input(job: Job, key: str, src: Path) -> streamed.Streamed | None:
             stream.growing.link(src)
             log.info("job %s: its first chunk reads the source as it arrives", job.parent_id)
         return stream
-    stream = streamed.start(key, src)
+    recorded = job.upload.size
+    stream = streamed.start(key, src, recorded_size=recorded)
     if stream is None:
-        media.fetch(key, src, read_only=True)
+        media.fetch(key, src, read_only=True, size=recorded)
     return stream
 
 

@@ -249,12 +249,17 @@ def _write(out: int, data: bytes) -> None:
         view = view[os.write(out, view):]
 
 
-def start(key: str, src: Path) -> Streamed | None:
+def start(key: str, src: Path, *, recorded_size: int | None = None) -> Streamed | None:
     """Begin fetching the input `key` in order, linked at `src`, when it is a
     QuickTime/MP4 file on object storage of at least
     FAIRLANE_STREAM_INPUT_BYTES; None otherwise (fetch it whole: a smaller
-    file arrives in a fraction of a second)."""
+    file arrives in a fraction of a second). `recorded_size`, the size the
+    upload was accepted with: below the threshold the store is not asked
+    (a HEAD per job, most of them small); at or above it the store's own
+    answer decides, as the ranges are read from it."""
     if not media.uses_object_storage():
+        return None
+    if recorded_size is not None and recorded_size < settings.FAIRLANE_STREAM_INPUT_BYTES:
         return None
     size = media.size(key)
     if size < settings.FAIRLANE_STREAM_INPUT_BYTES:

@@ -112,3 +112,36 @@ def test_a_jobs_run_takes_nineteen_round_trips(s3_storage, make_user, api_client
     assert len(statements) == (19 if connection.vendor == "postgresql" else 18), _listed(statements)
     assert sum(s.startswith('INSERT INTO "uploads_output"') for s in statements) == 1, _listed(statements)
     assert not [s for s in statements if "lock_timeout TO DEFAULT" in s], _listed(statements)
+
+
+def test_a_small_jobs_input_comes_in_one_request_to_the_store(
+        s3_storage, make_user, api_client_for, settings, django_capture_on_commit_callbacks):
+    """A small file's job is mostly round trips, and its length is what the
+    next user's job waits for in the slot: its input is one ranged GET of
+    the size the upload was accepted with, not a HEAD to decide whether to
+    stream it, another in boto3's download_file, then the GET."""
+    from media import store
+
+    settings.FAIRLANE_JOB_LEASE_S = 3600
+    data = _png()
+    answer, _ = _direct_claim(api_client_for(make_user("alice")), data, django_capture_on_commit_callbacks)
+    job = Job.objects.select_related("upload").get(id=answer["uploads"][0]["job"]["id"])
+    calls: list[tuple[str, str]] = []
+
+    def seen(model, params, **_) -> None:
+        calls.append((model.name, params.get("Key", "")))
+
+    clients = {id(c): c for c in (store._client(), store.storage().connection.meta.client)}
+    for client in clients.values():
+        client.meta.events.register("before-parameter-build.s3", seen)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            transcode.job_transcode(job_id=str(job.id), hostname="")
+    finally:
+        for client in clients.values():
+            client.meta.events.unregister("before-parameter-build.s3", seen)
+    job.refresh_from_db()
+    assert job.status == Job.Status.SUCCEEDED, job.error_message
+    assert job.outputs.count() >= 1
+    reads = [(name, key) for name, key in calls if name in ("HeadObject", "GetObject")]
+    assert reads == [("GetObject", job.upload.file.name)], calls
