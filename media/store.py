@@ -254,7 +254,7 @@ def fetch(key: str, dest: Path, *, read_only: bool = False, client=None, size: i
     if uses_object_storage():
         if client is None and size is not None and 0 < size <= ONE_GET_BYTES:
             with open(dest, "wb") as out:
-                fetch_range(key, 0, size, lambda at, data: (out.seek(at), out.write(data)))
+                fetch_range(key, 0, size, lambda _at, data: out.write(data))  # in order, as read_range
             return
         (client or _client()).download_file(_bucket(), key, str(dest))
         return
