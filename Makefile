@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-properties install bench-fairness bench-handover bench-redis-cost bench-gil-turns bench-job-writes bench-media bench-notify bench-storage bench-scale bench-chunks bench-upload bench-isolation bench-web-server bench-estimates bench-ttfp-large clean stop
+.PHONY: run test test-fast test-properties install bench-fairness bench-handover bench-redis-cost bench-gil-turns bench-cpu-slices bench-job-writes bench-media bench-notify bench-storage bench-scale bench-chunks bench-upload bench-isolation bench-web-server bench-estimates bench-ttfp-large clean stop
 
 install: $(STAMP)
 
@@ -46,6 +46,11 @@ bench-redis-cost: install
 # What a thread back from I/O waits for the GIL beside a computing one, by switch interval (seconds)
 bench-gil-turns: install
 	$(BIN)/python -m bench.gil_turns
+
+# What a process waking on a busy core waits, at the kernel's CPU slice and
+# at the short one the web asks for (project/cpu_slices.py).
+bench-cpu-slices: install
+	$(BIN)/python -m bench.cpu_slices
 
 # A job's steps' WAL and database CPU, the job table's indexes before 5943707 / now (a few minutes)
 bench-job-writes: install

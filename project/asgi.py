@@ -21,9 +21,12 @@ application = WebGate(
     held_most=settings.FAIRLANE_WEB_HELD_MOST, waiting_per_client=settings.FAIRLANE_WEB_WAITING_PER_CLIENT)
 
 # Start-up's objects out of the collector's full passes (project/gc_pauses.py),
-# and short GIL turns for the threads of every user's requests (project/gil_turns.py).
+# short GIL turns for the threads of every user's requests (project/gil_turns.py),
+# and short CPU slices for all of this process's threads (project/cpu_slices.py).
+from project.cpu_slices import short_slices_here  # noqa: E402
 from project.gc_pauses import freeze_startup_objects  # noqa: E402
 from project.gil_turns import shorten_gil_turns  # noqa: E402
 
 freeze_startup_objects()
 shorten_gil_turns()
+short_slices_here()

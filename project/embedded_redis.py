@@ -151,6 +151,9 @@ def main(argv: list[str]) -> int:
     action, data_dir, port = argv[1], Path(argv[2]).resolve(), int(argv[3])
     try:
         if action == "start":
+            from project.cpu_slices import short_slices_here
+
+            short_slices_here()  # the server answers every user's requests: it inherits the short slice
             print(start(data_dir, port))
         else:
             stop(data_dir, port)

@@ -68,6 +68,13 @@ FAIRLANE_WEB_WAITING_PER_CLIENT = int(env("FAIRLANE_WEB_WAITING_PER_CLIENT", "25
 FAIRLANE_GIL_SWITCH_MS = float(env("FAIRLANE_GIL_SWITCH_MS", "0.5"))
 if not 0 < FAIRLANE_GIL_SWITCH_MS <= 100:
     raise ImproperlyConfigured("FAIRLANE_GIL_SWITCH_MS must be above 0 and at most 100")
+# The CPU slice the request-serving processes ask the kernel for (the web,
+# the embedded Redis and SeaweedFS: project/cpu_slices.py), so their
+# wake-ups do not wait for another process's turn to end: 0.1 ms to 100 ms
+# (the kernel's bounds), 0 for the kernel's own.
+FAIRLANE_CPU_SLICE_US = int(env("FAIRLANE_CPU_SLICE_US", "100"))
+if FAIRLANE_CPU_SLICE_US and not 100 <= FAIRLANE_CPU_SLICE_US <= 100_000:
+    raise ImproperlyConfigured("FAIRLANE_CPU_SLICE_US must be 0 (the kernel's own) or 100 to 100000")
 # A batch poll's estimate reads the user's unfinished work per rate key (a
 # grouped aggregate over all of their queued jobs: ~130 ms at 10,000). A web
 # process reuses it for this long while the polled batches' counts and
