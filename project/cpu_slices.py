@@ -91,11 +91,35 @@ def ask_for_short_slices(slice_us: int, pid: int | None = None) -> int:
     return took
 
 
+SLICE_VAR = "FAIRLANE_CPU_SLICE_US"
+DEFAULT_SLICE_US = "100"
+
+
+def parse_slice_us(raw: str) -> int:
+    """FAIRLANE_CPU_SLICE_US's value: 0 (the kernel's own) or the kernel's
+    bounds, 100 to 100,000 microseconds; ValueError saying so otherwise.
+    Read by the settings (project/settings/api.py) and, before the settings
+    can load, by `make run`'s start of Redis and SeaweedFS."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value and not 100 <= value <= 100_000:
+        raise ValueError(f"{SLICE_VAR} must be 0 (the kernel's own) or 100 to 100000, not {raw!r}")
+    return value
+
+
 def short_slices_here() -> int:
     """This process's threads at FAIRLANE_CPU_SLICE_US: called by the
-    request-serving processes once they are up (project/asgi.py), and before
-    starting the embedded Redis and SeaweedFS, which inherit it."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+    request-serving processes once they are up (project/asgi.py)."""
     from django.conf import settings
 
     return ask_for_short_slices(settings.FAIRLANE_CPU_SLICE_US)
+
+
+def short_slices_for_what_starts_next() -> int:
+    """The same from the environment alone, without Django's settings: for
+    `make run`'s start of Redis and SeaweedFS, which inherit it, and which
+    run before the settings are whole (the store's endpoint is not known
+    until SeaweedFS is up)."""
+    return ask_for_short_slices(parse_slice_us(os.environ.get("FAIRLANE_CPU_SLICE_US", DEFAULT_SLICE_US)))

@@ -151,9 +151,9 @@ def main(argv: list[str]) -> int:
     action, data_dir, port = argv[1], Path(argv[2]).resolve(), int(argv[3])
     try:
         if action == "start":
-            from project.cpu_slices import short_slices_here
+            from project.cpu_slices import short_slices_for_what_starts_next
 
-            short_slices_here()  # the server answers every user's requests: it inherits the short slice
+            short_slices_for_what_starts_next()  # the server answers every user's requests: it inherits it
             print(start(data_dir, port))
         else:
             stop(data_dir, port)

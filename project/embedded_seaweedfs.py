@@ -215,9 +215,9 @@ def main(argv: list[str]) -> int:
         print("stopped SeaweedFS" if stop(data_dir) else f"no SeaweedFS of this checkout runs in {data_dir}",
               file=sys.stderr)
         return 0
-    from project.cpu_slices import short_slices_here
+    from project.cpu_slices import short_slices_for_what_starts_next
 
-    short_slices_here()  # the store answers every user's requests: it inherits the short slice
+    short_slices_for_what_starts_next()  # the store answers every user's requests: it inherits the short slice
     try:
         server = start(data_dir, int(argv[3]), ip=os.environ.get("FAIRLANE_SEAWEEDFS_IP", "127.0.0.1"))
     except RuntimeError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
+from project.cpu_slices import DEFAULT_SLICE_US, parse_slice_us
 from project.settings.environ import env
 
 REST_FRAMEWORK = {
@@ -72,9 +73,10 @@ if not 0 < FAIRLANE_GIL_SWITCH_MS <= 100:
 # the embedded Redis and SeaweedFS: project/cpu_slices.py), so their
 # wake-ups do not wait for another process's turn to end: 0.1 ms to 100 ms
 # (the kernel's bounds), 0 for the kernel's own.
-FAIRLANE_CPU_SLICE_US = int(env("FAIRLANE_CPU_SLICE_US", "100"))
-if FAIRLANE_CPU_SLICE_US and not 100 <= FAIRLANE_CPU_SLICE_US <= 100_000:
-    raise ImproperlyConfigured("FAIRLANE_CPU_SLICE_US must be 0 (the kernel's own) or 100 to 100000")
+try:
+    FAIRLANE_CPU_SLICE_US = parse_slice_us(env("FAIRLANE_CPU_SLICE_US", DEFAULT_SLICE_US))
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 # A batch poll's estimate reads the user's unfinished work per rate key (a
 # grouped aggregate over all of their queued jobs: ~130 ms at 10,000). A web
 # process reuses it for this long while the polled batches' counts and

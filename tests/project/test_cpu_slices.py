@@ -107,13 +107,18 @@ def test_another_process_is_given_the_slice_and_what_it_starts_afterwards_inheri
 
 @needs_slices
 def test_the_embedded_redis_that_make_run_starts_holds_the_short_slice(tmp_path):
+    """Started as bin/run starts it: before the store is up, so with
+    FAIRLANE_STORAGE=s3 and no endpoint yet (Django's settings would refuse
+    that; the start must not need them)."""
     data_dir, port = tmp_path / "var" / "redis", free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("FAIRLANE_S3_ENDPOINT", "DJANGO_SETTINGS_MODULE")}
     done = subprocess.run([sys.executable, "-m", "project.embedded_redis", "start", str(data_dir), str(port)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+                          cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**env, "FAIRLANE_STORAGE": "s3", "FAIRLANE_CPU_SLICE_US": "300"})
     assert done.returncode == 0, done.stderr
     pid = int((data_dir / "redis.pid").read_text())
     try:
-        assert _slices(pid) == {100_000}
+        assert _slices(pid) == {300_000}
     finally:
         embedded_redis.stop(data_dir, port)
 

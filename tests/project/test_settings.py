@@ -58,6 +58,7 @@ def test_defaults_that_would_silently_mean_no_limit_are_refused(env):
 # its reason: none of them is a setting of the running product.
 ENV_READS_ALLOWED = {
     ("project/embedded_seaweedfs.py", "FAIRLANE_SEAWEEDFS_IP"),  # a command-line tool bin/run starts before Django
+    ("project/cpu_slices.py", "FAIRLANE_CPU_SLICE_US"),  # the same tools' start, before Django's settings are whole
     ("transcoding/ffmpeg.py", "PATH"),  # passed on to ffmpeg's own environment
     ("transcoding/sandbox.py", "GLIBC_TUNABLES"),  # passed on to the decoding child's, extended
 }
