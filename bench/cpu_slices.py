@@ -67,9 +67,8 @@ def _measured(slice_us: int, seed: int, out) -> None:
     out.put({"slice_ns": slice_of(os.getpid()), "delays_ms": [d * 1000 for d in delays]})
 
 
-def _percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+def _percentile(values: list[float], p: int) -> float:
+    return statistics.quantiles(values, n=100)[p - 1]
 
 
 def measure(fairlane_us: int) -> dict:

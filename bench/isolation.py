@@ -657,13 +657,6 @@ def _hostile_clients_main(port: int, token: str, batch: str, spare: str, tiny: b
              "retry_s": load.retry_s, "spare": load.spare})
 
 
-def _cpu_slice_us() -> int:
-    """The slice the request-serving processes asked for (0: the kernel's own)."""
-    from django.conf import settings
-
-    return settings.FAIRLANE_CPU_SLICE_US
-
-
 def _spare(client: Client, tiny: bytes, *, wait: bool = False) -> tuple[int, str | None]:
     """A direct upload sent whole and not claimed: the file the hostile user
     claims past its maximum. The create's status, and the upload's id if
@@ -1247,6 +1240,8 @@ def _slow_requests(logs: Path, light_ids: set[int], most: int = 2000) -> list[st
 
 
 def report(light: dict | None, polls: list[dict], cancel: dict) -> None:
+    from django.conf import settings
+
     poll_usec = [row["poll_redis_usec"] for row in polls]
     flat = max(poll_usec) / min(poll_usec)
     targets = {
@@ -1263,7 +1258,7 @@ def report(light: dict | None, polls: list[dict], cancel: dict) -> None:
             server_errors == 0 and refusals > 0)
     out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hosts": HOSTS, "web_server": WEB_SERVER,
            "settings": SETTINGS, "light_clients": {"asked": LIGHT_CLIENTS, "got": sorted(LIGHT_POLICIES)},
-           "hostile_clients": HOSTILE_CLIENTS, "cpu_slice_us": _cpu_slice_us(),
+           "hostile_clients": HOSTILE_CLIENTS, "cpu_slice_us": settings.FAIRLANE_CPU_SLICE_US,
            "cpus": None if HOSTS == 1 else {"web": sorted(WEB_CPUS), "transcode": sorted(TRANSCODE_CPUS)},
            "light": light, "polls": polls,
            "cancel": cancel, "targets": targets, "load": os.getloadavg()}

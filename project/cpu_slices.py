@@ -6,13 +6,14 @@ the web's thread, the database's backend, Redis, the store, the web again.
 On a core that another user's work keeps busy (its polls, its jobs'
 bookkeeping, its deliveries), each wake-up waited for whatever ran to use
 up its slice first: with the kernel's default slice (EEVDF, Linux 6.6 and
-later; 1.4 ms on two cores), a waking process's delay was 2.53 ms at p90
-and 7.54 ms at p99 beside two processes computing half the time, in
+later; 1.4 ms on two cores), a waking process's delay was 2.42 ms at p90
+and 7.52 ms at p99 beside two processes computing half the time, in
 sessions of their own (`make bench-cpu-slices`). Asking for a 0.1 ms
 slice (sched_setattr(2)'s `sched_runtime` for SCHED_OTHER, Linux 6.12
 and later) gives a waking thread an earlier deadline, so it runs as soon
-as it may: 0.10 ms at p90 and 2.16 ms at p99 in the same bench. Its share of the CPU does not
-change (that is its weight, its nice value): a process that computes for
+as it may: 0.09 ms at p90 and 2.51 ms at p99 in the same bench. Its
+share of the CPU does not change (that is its weight, its nice value): a
+process that computes for
 long is cut into more turns, one that wakes for a moment is not kept
 waiting. That is the trade we want for request-serving processes; the
 transcode slots keep the kernel's slice.
@@ -100,12 +101,13 @@ def parse_slice_us(raw: str) -> int:
     bounds, 100 to 100,000 microseconds; ValueError saying so otherwise.
     Read by the settings (project/settings/api.py) and, before the settings
     can load, by `make run`'s start of Redis and SeaweedFS."""
+    wrong = ValueError(f"{SLICE_VAR} must be 0 (the kernel's own) or 100 to 100000, not {raw!r}")
     try:
         value = int(raw)
     except ValueError:
-        value = -1
+        raise wrong from None
     if value and not 100 <= value <= 100_000:
-        raise ValueError(f"{SLICE_VAR} must be 0 (the kernel's own) or 100 to 100000, not {raw!r}")
+        raise wrong
     return value
 
 
@@ -122,4 +124,5 @@ def short_slices_for_what_starts_next() -> int:
     `make run`'s start of Redis and SeaweedFS, which inherit it, and which
     run before the settings are whole (the store's endpoint is not known
     until SeaweedFS is up)."""
-    return ask_for_short_slices(parse_slice_us(os.environ.get("FAIRLANE_CPU_SLICE_US", DEFAULT_SLICE_US)))
+    raw = os.environ.get("FAIRLANE_CPU_SLICE_US", DEFAULT_SLICE_US)
+    return ask_for_short_slices(parse_slice_us(raw))
